@@ -1121,9 +1121,11 @@ class MemoryClient:
         a text ``file`` and bytes ``data``, named by its position from 1) and ``FailedPreconditionError`` (TENANT_EXISTS: pass ``replace``).
         An exception ``chunks`` raises (a file it reads gone) cancels the import, nothing
         installed, and is raised itself, as it was, when the call has ended."""
-        first = admin_pb2.ImportTenantRequest(
-            tenant=tenant, manifest=convert.tenant_backup_to_proto(manifest), replace=replace
-        )
+        copy = convert.tenant_backup_to_proto(manifest)
+        # Named in the request even when it is the manifest's, so that a deployment of many
+        # members routes the import to that tenant's owner (the first message's tenant).
+        tenant = tenant or copy.tenant
+        first = admin_pb2.ImportTenantRequest(tenant=tenant, manifest=copy, replace=replace)
         rest = (
             admin_pb2.ImportTenantRequest(chunk=admin_pb2.BackupChunk(file=c.file, data=c.data))
             for c in (checked_chunk(chunk, position) for position, chunk in enumerate(chunks, 1))

@@ -382,6 +382,15 @@ const { MemoryClient } = require('./src');
     if (streamed.members.size !== 3) throw new Error(`stream not corrected: ${[...streamed.members.keys()]}`);
     streamed.close();
   }
+  // An import named by its manifest alone goes to that tenant's owner (it went to the first member).
+  const mover = new MemoryClient('', { token: process.env.TOKEN, members: process.env.MEMBERS });
+  await mover.retain(process.env.NODE_COPY, 'a note to copy, from Node');
+  const parts = [];
+  for await (const part of mover.exportTenant(process.env.NODE_COPY)) parts.push(part);
+  const chunks = parts.slice(1).map((part) => part.chunk);
+  const imported = await mover.importTenant(parts[0].manifest, chunks, { replace: true });
+  if (imported.tenant !== process.env.NODE_COPY || !imported.replaced) throw new Error(JSON.stringify(imported));
+  mover.close();
 })().catch((err) => { console.error(err); process.exit(1); });
 """
     result = subprocess.run(
@@ -394,6 +403,7 @@ const { MemoryClient } = require('./src');
             "TENANTS": json.dumps(TENANTS),
             "STALE": ",".join(written.members.split(",")[:2]),
             "MOVED": next(t for t in TENANTS if owner_of(t, written.ids) == "m2"),
+            "NODE_COPY": next(f"node-copy-{i}" for i in range(100) if owner_of(f"node-copy-{i}", written.ids) == "m2"),
         },
         capture_output=True,
         text=True,
@@ -463,6 +473,14 @@ def _streams_follow_or_take_the_list(written: LocalMembers, stale: str, moved: l
         assert client.channel.members == full  # type: ignore[attr-defined]  # a RoutingChannel
         assert client.import_tenant(manifest, chunks, tenant=copy).tenant == copy
     assert _holders(written, copy) == ["m2"]
+    # Named by its manifest alone, an import goes to that tenant's owner, not to the first member.
+    before = _forwarded(written)
+    with MemoryClient("", ADMIN, members=written.members) as right:
+        copied, *parts = right.export_tenant(copy)
+        assert isinstance(copied, TenantBackup)
+        chunks = [part for part in parts if isinstance(part, BackupChunk)]
+        replaced = right.import_tenant(copied, chunks, replace=True)
+    assert (replaced.tenant, replaced.replaced, _forwarded(written)) == (copy, True, before)
 
 
 def test_a_redirect_with_a_member_list_the_client_cannot_use_is_the_servers_refusal() -> None:

@@ -931,13 +931,19 @@ class MemoryClient {
       // Else JS's own TypeError ('chunks is not async iterable'), or a text's characters as chunks.
       throw shapeless('importTenant: chunks', chunks, 'an iterable or async iterable of BackupChunk objects');
     }
-    const stub = this.admin;
-    const first = this._sendable(stub, 'ImportTenant', { tenant, manifest, replace });
+    // Named even when it is the manifest's (its meaning then), so that it goes to that tenant's
+    // owner on a deployment of many members.
+    const named = tenant === '' && typeof manifest?.tenant === 'string' ? manifest.tenant : tenant;
+    const first = this._sendable(this.admin, 'ImportTenant', { tenant: named, manifest, replace });
     checkedTimeoutMs(timeoutMs);
+    const { stub, route } = this._routed(this.admin, first.tenant);
     return new Promise((resolve, reject) => {
-      const call = stub.ImportTenant(this._metadata(), { deadline: Date.now() + timeoutMs }, (err, r) => {
-        if (err) reject(fromServiceError(err, this._addressOf.get(stub)));
-        else {
+      const call = stub.ImportTenant(this._metadata(route), { deadline: Date.now() + timeoutMs }, (err, r) => {
+        if (err) {
+          const failed = fromServiceError(err, this._addressOf.get(stub));
+          this._streamRefused(failed, route[ROUTE_KEY], null, true); // the list is taken; the chunks are not kept to send again
+          reject(failed);
+        } else {
           this._session?.forget(r.tenant); // another copy: the tokens of the one replaced name nothing
           resolve({
             tenant: r.tenant, headHash: r.head_hash, ledgerEntries: Number(r.ledger_entries), memories: Number(r.memories), replaced: r.replaced,
