@@ -559,3 +559,42 @@ def test_the_http_port_s_connection_cap_refuses_over_tls_as_in_plain_text(pki: P
             await server.stop()
 
     asyncio.run(run())
+
+
+def test_a_tls_connection_that_does_not_finish_its_handshake_is_closed_within_its_bound(pki: Pki) -> None:
+    """Until its TLS handshake is done a connection is not counted against the cap, so its time is
+    bounded (here 0.5 s; HANDSHAKE_SECONDS, 10 s), not asyncio's minute: a client that connects and
+    sends nothing, or half a hello, is closed, and one that completes its handshake is served."""
+    from mnemosyne.transport.http.server import HttpServer, HttpTls, bind
+
+    async def ok(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    trusting = ssl.create_default_context(cafile=str(pki.ca.cert))
+
+    async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+        async with asyncio.timeout(seconds):
+            while await reader.read(4096):
+                pass
+        return True
+
+    async def run() -> None:
+        tls = HttpTls(pki.server.cert, pki.server.key)
+        server = await HttpServer.start(ok, bind("127.0.0.1", 0), tls=tls, handshake_seconds=0.5)
+        try:
+            silent = await asyncio.open_connection("127.0.0.1", server.port)
+            halfway = await asyncio.open_connection("127.0.0.1", server.port)
+            halfway[1].write(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a hello's first bytes
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", server.port, ssl=trusting, server_hostname="localhost"
+            )
+            await asyncio.sleep(1.0)  # past the bound: a finished handshake is not held to it
+            writer.write(b"GET /x HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            assert (await asyncio.wait_for(reader.read(), 5)).startswith(b"HTTP/1.1 200 ")
+            writer.close()
+            assert await closed_within(silent[0], 5) and await closed_within(halfway[0], 5)
+        finally:
+            await server.stop()
+
+    asyncio.run(run())

@@ -39,6 +39,11 @@ from mnemosyne.transport.http.mapping import encode
 # keep-alive), so one that never finishes a head (sends nothing, or a header line now and then)
 # would hold its socket for good. A client sends its head at once.
 HEAD_SECONDS = 30.0
+# How long a TLS connection may take to finish its handshake: until then the connection is not
+# counted against the cap (its protocol has not started), and asyncio's own 60 s let a client that
+# connects and sends nothing hold a descriptor each for a minute. Clients finish it within a few
+# round trips.
+HANDSHAKE_SECONDS = 10.0
 # How long a request's body may pause while the server waits for it: a client that sent a whole
 # head, then part of its body or none, held its socket (and its request's task) for good; one
 # sending a large body slowly keeps sending. Not counted while the server reads nothing (the app
@@ -431,10 +436,37 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
 
 class _EmbeddedServer(uvicorn.Server):
+    handshake_seconds = HANDSHAKE_SECONDS
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         # The server process handles SIGTERM and SIGINT (cli.py); uvicorn must not take them over.
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start, but serving ``sockets`` with a TLS handshake bounded by
+        ``handshake_seconds`` (uvicorn's own ``create_server`` takes no such bound)."""
+        await super().startup(sockets=[])  # its lifespan and state, no listener of its own
+        self.started = False
+        loop = asyncio.get_running_loop()
+        config = self.config
+
+        def protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]  # uvicorn's protocols take these
+                config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=loop
+            )
+
+        for sock in sockets or []:
+            self.servers.append(
+                await loop.create_server(
+                    protocol,
+                    sock=sock,
+                    ssl=config.ssl,
+                    backlog=config.backlog,
+                    ssl_handshake_timeout=self.handshake_seconds if config.ssl else None,
+                )
+            )
+        self.started = True
 
 
 class HttpServer:
@@ -451,6 +483,7 @@ class HttpServer:
         *,
         tls: HttpTls | None,
         head_seconds: float = HEAD_SECONDS,
+        handshake_seconds: float = HANDSHAKE_SECONDS,
         body_pause_seconds: float = BODY_PAUSE_SECONDS,
         body_seconds: float = BODY_SECONDS,
         body_bytes_per_second: int = BODY_BYTES_PER_SECOND,
@@ -488,6 +521,7 @@ class HttpServer:
             ssl_cert_reqs=ssl.CERT_REQUIRED if tls and tls.client_ca else ssl.CERT_NONE,
         )
         server = _EmbeddedServer(config)
+        server.handshake_seconds = handshake_seconds
         port = sock.getsockname()[1]
         serving = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started:
