@@ -9,6 +9,7 @@ with the remaining depth.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -248,3 +249,27 @@ def test_reads_over_http_and_the_mem0_endpoints_run_on_the_reader_threads(server
             assert gauge(server, "mnemosyne_worker_threads_busy") == 0
             park.unlink()
             assert [f.result(timeout=30).status for f in calls] == [200] * 6
+
+
+def test_connections_that_never_finish_their_handshake_are_closed_and_others_are_served(server_factory) -> None:
+    """A connection to the gRPC port that sends nothing (or half an HTTP/2 preface) is closed once
+    its handshake's bound (10 s) has passed, not after gRPC core's two minutes: such clients hold
+    no descriptor for long, and the port serves others meanwhile."""
+    server: ServerProcess = server_factory().start()
+    host, port = server.target.rsplit(":", 1)
+    silent = [socket.create_connection((host, int(port)), timeout=30) for _ in range(20)]
+    halfway = [socket.create_connection((host, int(port)), timeout=30) for _ in range(20)]
+    for connection in halfway:
+        connection.sendall(b"PRI * HTTP/2.0\r\n")
+    with MemoryClient(server.target, timeout=10, retries=0) as client:
+        client.retain("t", "served while others hang", request_id="r1")
+        assert client.recall("t", "served", k=1)[0].memory.text == "served while others hang"
+    begun = time.monotonic()
+    for connection in silent + halfway:
+        try:
+            while connection.recv(4096):  # the server's settings frame, then its close
+                pass
+        except ConnectionResetError:
+            pass
+        connection.close()
+    assert time.monotonic() - begun < 20

@@ -68,6 +68,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 # Disable, a read given a token) or for a thread (their turn, their job's answer: a long recall or
 # export, a held write) to answer SHUTTING_DOWN before the server stops.
 ANSWER_SECONDS = 0.5
+HANDSHAKE_MS = 10_000
 
 
 def server_options(max_request_bytes: int, admission: AdmissionLimits) -> list[tuple[str, int]]:
@@ -79,6 +80,10 @@ def server_options(max_request_bytes: int, admission: AdmissionLimits) -> list[t
         # Responses stay under RESPONSE_BUDGET_BYTES plus one item (engine/limits.py).
         ("grpc.max_send_message_length", 2 * max_request_bytes),
         ("grpc.so_reuseport", 0),
+        # A connection must finish its handshake (TLS, then HTTP/2's preface and settings) within
+        # this: gRPC core's own two minutes let a client that connects and sends nothing hold a
+        # descriptor each that long. Clients finish it within a few round trips.
+        ("grpc.server_handshake_timeout_ms", HANDSHAKE_MS),
         # Calls that arrived faster than the event loop takes them wait in gRPC core; past
         # its default 1,000 it cancels some at random (a burst of 1,100 streams lost 1-5).
         # Admission bounds what may be open; this only lets a burst reach admission.
