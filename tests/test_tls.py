@@ -435,7 +435,8 @@ def test_every_connecting_command_reaches_a_tls_server(pki: Pki, tmp_path: Path,
 
 def test_members_forward_over_tls_and_their_link_is_tls_too(tmp_path: Path, pki: Pki) -> None:
     """Two members serving TLS: the gRPC hop and the member link (transport/cluster/link.py) both
-    take the gRPC port's certificate; a plaintext connection to the link is not served."""
+    take the gRPC port's certificate; a plaintext connection to the link is not served, and one that
+    starts no handshake is closed within the link's connect bound."""
     members = LocalMembers(tmp_path, 2, args=_serving(pki.server.cert, pki.server.key), metrics=True)
     for process in members.processes:
         process.health_credentials = pki.credentials()
@@ -454,6 +455,10 @@ def test_members_forward_over_tls_and_their_link_is_tls_too(tmp_path: Path, pki:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
             plain.sendall(struct.pack("!IIB", 4, 0, 1) + b"key?")
             assert plain.recv(64) == b""  # a TLS server closes a connection that is not a handshake
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as silent:  # no handshake at all
+            begun = time.monotonic()
+            assert silent.recv(64) == b""
+            assert time.monotonic() - begun < 15  # its bound (5 s), not asyncio's minute
     finally:
         members.stop()
 

@@ -79,8 +79,14 @@ class LinkServer:
         self.port = 0
 
     async def start(self, host: str, port: int, tls: LinkTls | None) -> int:
+        # The hello must come within CONNECT_SECONDS of the handshake, and the TLS handshake within
+        # as long (asyncio's own bound is a minute, a descriptor held each meanwhile).
         self._server = await asyncio.start_server(
-            self._serve, host.strip("[]"), port, ssl=tls.server_context() if tls is not None else None
+            self._serve,
+            host.strip("[]"),
+            port,
+            ssl=tls.server_context() if tls is not None else None,
+            ssl_handshake_timeout=CONNECT_SECONDS if tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
