@@ -184,10 +184,18 @@ def test_side_port_connections_that_send_nothing_hold_no_thread_and_a_burst_is_a
     side = SideServer("127.0.0.1", 0, metrics=lambda: b"# nothing\n", ready=lambda: True)
     threads = threading.active_count()
     try:
-        started = time.monotonic()
+
+        def connect(_: int) -> tuple[socket.socket, float]:
+            started = time.monotonic()
+            connection = socket.create_connection(("127.0.0.1", side.port), timeout=5)
+            return connection, time.monotonic() - started
+
         with ThreadPoolExecutor(50) as pool:  # a burst: 50 connections at once, then 50 more
-            idle = list(pool.map(lambda _: socket.create_connection(("127.0.0.1", side.port), timeout=5), range(100)))
-        assert time.monotonic() - started < 0.9  # no connection waited for a retry (1 s)
+            connected = list(pool.map(connect, range(100)))
+        idle = [connection for connection, _ in connected]
+        # No connection waited for its client's retry of a dropped SYN (1 s): each is timed on its
+        # own, so a busy machine's slow thread pool does not count.
+        assert max(seconds for _, seconds in connected) < 0.9
         with urllib.request.urlopen(f"http://127.0.0.1:{side.port}/metrics", timeout=5) as answer:
             assert answer.status == 200 and answer.read() == b"# nothing\n"
         assert threading.active_count() <= threads + 1  # the scrape's thread, while it ends
@@ -339,8 +347,8 @@ def test_open_tenants_gauge_follows_the_lru(server_factory, tenant: str) -> None
         assert _value(_families(_get(server.metrics_url + "/metrics")[1]), "mnemosyne_open_tenants") == 1
         for n in range(4):
             client.retain(f"{tenant}-{n}", "another tenant's memory")
-    # Idle files beyond --max-open-tenants are closed: the gauge never exceeds it.
-    assert _value(_families(_get(server.metrics_url + "/metrics")[1]), "mnemosyne_open_tenants") == 2
+    # Idle files beyond --max-open-tenants are closed (the last call's once it has released it).
+    wait_until(lambda: _value(_families(_get(server.metrics_url + "/metrics")[1]), "mnemosyne_open_tenants") == 2)
 
 
 def test_cas_rejections_are_counted_by_reason(metered: ServerProcess, tenant: str) -> None:
