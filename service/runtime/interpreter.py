@@ -67,6 +67,21 @@ def raise_open_file_limit() -> tuple[int, int]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
+# Each port holds at most this share of the open-file limit in connections, whatever its flag
+# says: each holds a descriptor, and idle or trickling clients could otherwise take every one the
+# process has, so that no tenant file and no other port's connection opens.
+OPEN_FILES_SHARE = 4  # a quarter
+
+
+def connection_budget(requested: int) -> int:
+    """How many connections a port holds open: ``requested``, or fewer when that is over a
+    quarter of the open-file limit (OPEN_FILES_SHARE)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return requested
+    return max(1, min(requested, soft // OPEN_FILES_SHARE))
+
+
 def exit_without_teardown() -> None:
     """Once the process has closed what it opened (a server stopped: tenant files closed,
     Litestream stopped, traces exported), let it end without Python's teardown of its modules:

@@ -27,6 +27,7 @@ from mnemosyne.errors import FailedPrecondition
 from mnemosyne.observability.http import SideServer
 from mnemosyne.observability.metrics import ServerMetrics
 from mnemosyne.runtime import read_priority
+from mnemosyne.runtime.interpreter import connection_budget
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.transport import consistency
 from mnemosyne.transport.admission import Admission, AdmissionLimits
@@ -71,9 +72,13 @@ ANSWER_SECONDS = 0.5
 HANDSHAKE_MS = 10_000
 
 
-def server_options(max_request_bytes: int, admission: AdmissionLimits) -> list[tuple[str, int]]:
+def server_options(
+    max_request_bytes: int, admission: AdmissionLimits, max_connections: int = ServerConfig.grpc_max_connections
+) -> list[tuple[str, int]]:
     """The grpc.aio server's channel options (also the bare server's in bench/serving.py)."""
     return [
+        # gRPC core closes a connection past these at once, counting those still in their handshake.
+        ("grpc.max_allowed_incoming_connections", max_connections),
         # Twice the documented request limit, so a request above it reaches the edge and
         # is refused with its reason (REQUEST_TOO_LARGE) rather than by the transport.
         ("grpc.max_receive_message_length", 2 * max_request_bytes),
@@ -285,7 +290,9 @@ async def start_server(
     running: RunningServer | None = None
     try:
         forwarder = _forwarder(config, authenticator, metrics, engine)
-        server = grpc.aio.server(options=server_options(config.engine.limits.max_request_bytes, config.admission))
+        server = grpc.aio.server(
+            options=server_options(config.engine.limits.max_request_bytes, config.admission, _connections(config))
+        )
         running = RunningServer(
             server=server,
             port=0,
@@ -319,6 +326,16 @@ async def start_server(
         raise
     _log_listening(config, running, tls=credentials is not None)
     return running
+
+
+def _connections(config: ServerConfig) -> int:
+    most = connection_budget(config.grpc_max_connections)
+    log.info(
+        "gRPC port: at most %d connections open (asked %d; at most a quarter of the open-file limit)",
+        most,
+        config.grpc_max_connections,
+    )
+    return most
 
 
 def _check_ports(config: ServerConfig) -> None:

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import resource
 import socket
 import ssl
 from collections.abc import Iterator, Mapping, Sequence
@@ -60,10 +59,6 @@ BODY_BYTES_PER_SECOND = 64 * 1024
 HEAD_BYTES = 64 * 1024
 # How long a refused connection is still read (and dropped) before it is closed.
 REFUSED_READ_SECONDS = 5.0
-# The HTTP port holds at most this share of the open-file limit in connections, whatever
-# --http-max-connections says: each holds a descriptor, and idle or trickling clients could
-# otherwise take every one the process has, so that no tenant file and no gRPC connection opens.
-OPEN_FILES_SHARE = 4  # a quarter
 # A connection over the cap is answered 503 HTTP_CONNECTIONS_FULL and read (and dropped) this long
 # at most, so that its client gets the answer rather than a reset; past REFUSED_FULL_LINGERING
 # such connections (or a quarter of the cap, if less) it is closed at once: a flood of new
@@ -108,15 +103,6 @@ class _RefusalLog:
         if self._timer is not None:
             self._timer.cancel()
         self._counts.close()
-
-
-def connection_budget(requested: int) -> int:
-    """How many connections the HTTP port holds open: ``requested``, or fewer when that is over a
-    quarter of the open-file limit (OPEN_FILES_SHARE)."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return requested
-    return max(1, min(requested, soft // OPEN_FILES_SHARE))
 
 
 class _ConnectionCap:

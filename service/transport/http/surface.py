@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import FailedPrecondition
+from mnemosyne.runtime.interpreter import connection_budget
 from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.grpc.servicers import Servicers
@@ -34,7 +35,7 @@ from mnemosyne.transport.http.json_api import HttpApi
 from mnemosyne.transport.http.mcp import McpEndpoint
 from mnemosyne.transport.http.mem0 import MEM0_PREFIXES, Mem0Api, relay_handler
 from mnemosyne.transport.http.paths import CONSOLE_PATH, DOCS_PATH, HOME_PATH, MCP_PATH
-from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose, connection_budget
+from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose
 from mnemosyne.transport.in_process import InProcess
 from mnemosyne.version import VERSION
 
