@@ -7,10 +7,13 @@ import atexit
 import contextlib
 import ctypes
 import gc
+import logging
 import os
 import resource
 import sys
 from collections.abc import Callable
+
+log = logging.getLogger("mnemosyne.server")
 
 # How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
 SWITCH_INTERVAL_SECONDS = 0.0005
@@ -73,13 +76,18 @@ def raise_open_file_limit() -> tuple[int, int]:
 OPEN_FILES_SHARE = 4  # a quarter
 
 
-def connection_budget(requested: int) -> int:
-    """How many connections a port holds open: ``requested``, or fewer when that is over a
-    quarter of the open-file limit (OPEN_FILES_SHARE)."""
+def connection_budget(requested: int, port: str) -> int:
+    """How many connections ``port`` (its name, for the log) holds open: ``requested``, or fewer
+    when that is over a quarter of the open-file limit (OPEN_FILES_SHARE). Logged."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return requested
-    return max(1, min(requested, soft // OPEN_FILES_SHARE))
+    most = requested if soft == resource.RLIM_INFINITY else max(1, min(requested, soft // OPEN_FILES_SHARE))
+    log.info(
+        "%s port: at most %d connections open (asked %d; at most a quarter of the open-file limit)",
+        port,
+        most,
+        requested,
+    )
+    return most
 
 
 def exit_without_teardown() -> None:

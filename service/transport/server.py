@@ -291,7 +291,11 @@ async def start_server(
     try:
         forwarder = _forwarder(config, authenticator, metrics, engine)
         server = grpc.aio.server(
-            options=server_options(config.engine.limits.max_request_bytes, config.admission, _connections(config))
+            options=server_options(
+                config.engine.limits.max_request_bytes,
+                config.admission,
+                connection_budget(config.grpc_max_connections, "gRPC"),
+            )
         )
         running = RunningServer(
             server=server,
@@ -326,16 +330,6 @@ async def start_server(
         raise
     _log_listening(config, running, tls=credentials is not None)
     return running
-
-
-def _connections(config: ServerConfig) -> int:
-    most = connection_budget(config.grpc_max_connections)
-    log.info(
-        "gRPC port: at most %d connections open (asked %d; at most a quarter of the open-file limit)",
-        most,
-        config.grpc_max_connections,
-    )
-    return most
 
 
 def _check_ports(config: ServerConfig) -> None:

@@ -98,7 +98,7 @@ class HttpSurface:
                 app,
                 sock,
                 tls=https,
-                max_connections=_connections(config),
+                max_connections=connection_budget(config.http_max_connections, "HTTP"),
                 max_connections_per_address=config.http_max_connections_per_address,
             )
         except BaseException:
@@ -115,16 +115,6 @@ class HttpSurface:
         """Stop serving HTTP; in-flight requests get ``seconds`` (what is left of the grace period)."""
         if self.http is not None:
             await self.http.stop(seconds)
-
-
-def _connections(config: ServerConfig) -> int:
-    most = connection_budget(config.http_max_connections)
-    log.info(
-        "HTTP port: at most %d connections open (asked %d; at most a quarter of the open-file limit)",
-        most,
-        config.http_max_connections,
-    )
-    return most
 
 
 def _bind(host: str, port: int) -> socket.socket:
