@@ -33,6 +33,12 @@ from mnemosyne.client.errors import (
     from_rpc_error,
     typed,
 )
+from mnemosyne.client.retry_window import (
+    MAX_RETRIES,
+    RETRY_WINDOW_SECONDS,
+    RetryBudget,
+    window_problem,
+)
 from mnemosyne.client.routing import MEMBER_ID_PATTERN, ROUTE_KEY, RoutingChannel, not_followed
 from mnemosyne.client.tracing import trace_metadata
 from mnemosyne.client.unsendable import (
@@ -86,16 +92,13 @@ M = TypeVar("M", bound=Message)
 # The server's default max_request_bytes: a larger request is refused (REQUEST_TOO_LARGE) here,
 # before it is sent, with the reason the server would give.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
-# The longest wait a server's RetryInfo may impose before a call is repeated.
-MAX_RETRY_DELAY_SECONDS = 5.0
-# The most retries a client takes (its ``retries``): more only keeps a caller waiting on a server that is gone.
-MAX_RETRIES = 100
 # Responses stay under ~3 MiB plus one item; accept more than gRPC's default 4 MiB anyway, for a
 # server whose limits were raised.
 # gRPC waits between attempts to connect to a server that is down, 1 s at first, 1.6 times longer
 # each time, up to 2 minutes, and a process's clients of one address share that wait: a server
 # back after a minute's restart would be left alone for minutes. The client tries every 0.1 s at
-# first, at most every 0.5 s (within the 0.7 s its calls retry for), on its own connection.
+# first, at most every 0.5 s (well within the window its calls retry for, waiting at most 1 s
+# between tries: client/retry_window.py), on its own connection.
 _CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -141,10 +144,17 @@ class MemoryClient:
     ``target`` is ``host:port``; ``token`` a bearer token (sent as ``authorization`` metadata:
     printable ASCII, else ValueError naming the character, TOKEN_MALFORMED);
     ``credentials`` TLS channel credentials (``grpc.ssl_channel_credentials(...)``) for a TLS
-    server; ``timeout`` the per-call deadline in seconds; ``retries`` how many times a call that
-    is safe to repeat is tried again after UNAVAILABLE, or after a refusal for a server limit that
-    names a retry delay (0 to ``MAX_RETRIES``, 100: a call to a server that is gone then gives up
-    after at most 100 waits of at most 5 s, not days later); ``options`` gRPC channel options, added to the client's own. ``members``:
+    server; ``timeout`` the per-call deadline in seconds (the whole call's, its retries
+    included). A call that is safe to repeat (a read, a write carrying a request id) is tried again
+    after UNAVAILABLE, or after a refusal for a server limit that names a retry delay, for
+    ``retry_window`` seconds (15 by default, 0 to 3600; never past the call's deadline): a call in
+    flight across a restart of the server, or made while it is down, is answered by the server
+    back, and one to a server that stays gone raises ``UnavailableError`` within the window. The
+    waits between tries: the delay the refusal names (at most 5 s), else a backoff from 0.1 s,
+    doubling, at most 1 s, each a random part of it (client/retry_window.py). ``retries`` bounds
+    the tries by a count too (0 to ``MAX_RETRIES``, 100; 0: never tried again; None, the default:
+    as many as the window holds). A call not safe to repeat is never tried again.
+    ``options`` gRPC channel options, added to the client's own. ``members``:
     on a deployment of many members, all of them (``ID=HOST:PORT,...`` or ``@FILE``, as the
     servers take ``--members``, or a mapping; a list that cannot be used raises
     ``MemberListError``, a ValueError): each call then goes straight to the member owning its
@@ -186,7 +196,8 @@ class MemoryClient:
         *,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = 30.0,
-        retries: int = 3,
+        retries: int | None = None,
+        retry_window: float = RETRY_WINDOW_SECONDS,
         options: Sequence[tuple[str, Any]] = (),
         members: str | Mapping[str, str] | None = None,
         session_consistency: bool = True,
@@ -196,8 +207,10 @@ class MemoryClient:
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) or max_request_bytes < 1:
             raise ValueError(f"max_request_bytes is a whole number of bytes from 1, not {max_request_bytes!r}")
         self.max_request_bytes = max_request_bytes
-        if not 0 <= retries <= MAX_RETRIES:  # below, no call was ever tried; above, one tried for days
+        if retries is not None and not 0 <= retries <= MAX_RETRIES:  # below, no call was ever tried
             raise refused("NUMBER_INVALID", f"MemoryClient: retries is {retries}; it takes 0 to {MAX_RETRIES}")
+        if window_problem(retry_window):  # NaN, an infinity or below 0: no window to end the retries
+            raise refused("NUMBER_INVALID", window_problem(retry_window))
         if session_tenants < 1:
             raise refused("NUMBER_INVALID", f"MemoryClient: session_tenants is {session_tenants}; it takes 1 or more")
         if token and token_problem(token):
@@ -222,6 +235,7 @@ class MemoryClient:
         checked_timeout(timeout)
         self._timeout = timeout
         self._retries = retries
+        self._retry_window = float(retry_window)
         self.memory = memory_pb2_grpc.MemoryServiceStub(self._channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self._channel)
@@ -306,8 +320,9 @@ class MemoryClient:
             for older in sent[:-1]:  # writes that overlapped: their tokens are waited for first
                 self._call_waiting(self.hot_path_stub.Flush, flush_request(tenant, older), FLUSH_WAIT_SECONDS)
             result = self._retrying(
-                lambda: method(request, timeout=deadline, metadata=metadata),
+                lambda left: method(request, timeout=left, metadata=metadata),
                 retry=retry,
+                timeout=deadline,
                 tenant=tenant,
             )
         except MnemosyneClientError as error:
@@ -348,27 +363,30 @@ class MemoryClient:
         where = self._channel.address_of(tenant) if isinstance(self._channel, RoutingChannel) else self.target
         return from_rpc_error(error, where, not_followed(error, routed))
 
-    def _retrying(self, attempt: Callable[[], T], *, retry: bool, tenant: str = "") -> T:
-        """``attempt()`` until it succeeds; when ``retry`` (the call is safe to repeat: a read, or
-        a write carrying a request id), repeated after UNAVAILABLE (after the delay it names, else
-        a backoff from 0.1 s, doubling, at most ``MAX_RETRY_DELAY_SECONDS``) and after RESOURCE_EXHAUSTED that names a retry delay (google.rpc.RetryInfo: the server's
-        admission limits), at most ``retries`` times."""
-        backoff = 0.1
-        for tried in range(self._retries + 1):
+    def _retrying(
+        self, attempt: Callable[[float | None], T], *, retry: bool, timeout: float | None, tenant: str = ""
+    ) -> T:
+        """``attempt(seconds)`` (the seconds left of the call's ``timeout``, its try's deadline)
+        until it succeeds; when ``retry`` (the call is safe to repeat: a read, or a write carrying
+        a request id), tried again after UNAVAILABLE and after RESOURCE_EXHAUSTED that names a
+        retry delay (google.rpc.RetryInfo: the server's admission limits), within the client's
+        retry window and ``retries`` (client/retry_window.py says how long each wait is)."""
+        # Not gRPC's wait_for_ready, which holds a call until the channel connects: it would hold
+        # one to a server that is gone until the call's deadline (30 s, an hour for a move) and
+        # raise DEADLINE_EXCEEDED in place of UNAVAILABLE and its cause, would hold the calls not
+        # safe to repeat alike, and cannot help a call whose connection broke once it was sent
+        # (UNAVAILABLE all the same). Tries bounded by the window, each failing fast while the
+        # server is down, end in the server's own error.
+        budget = RetryBudget(self._retry_window, self._retries, timeout)
+        while True:
             try:
-                return attempt()
+                return attempt(budget.left())
             except grpc.RpcError as exc:
                 error = self._failed(exc, tenant)
-                if not retry or tried == self._retries:
+                wait = budget.wait_after(error) if retry else None
+                if wait is None:
                     raise error from exc
-                if error.code == grpc.StatusCode.UNAVAILABLE:  # the server's delay when it names one
-                    time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds or backoff))
-                    backoff *= 2
-                elif error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.retry_after_seconds is not None:
-                    time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds))
-                else:
-                    raise error from exc
-        raise AssertionError("unreachable")
+                time.sleep(wait)
 
     # -- the calls of the shared host flows (host/protocol.py) --------------------------------------
 
@@ -1018,12 +1036,13 @@ class MemoryClient:
         metadata = ((ROUTE_KEY, _member_id(member)),) if member else ()
         deadline = checked_timeout(timeout)
         r = self._retrying(
-            lambda: self.admin.MoveTenant(
+            lambda left: self.admin.MoveTenant(
                 admin_pb2.MoveTenantRequest(tenant=tenant, destination=destination),
-                timeout=deadline,
+                timeout=left,
                 metadata=(*self._metadata, *metadata),
             ),
             retry=True,
+            timeout=deadline,
             tenant=tenant,
         )
         return types.MoveResult(
@@ -1255,8 +1274,9 @@ class MemoryClient:
         # Safe to repeat (a barrier, a flag), so a refusal for a limit is waited out like a read's.
         self._sendable(request)
         return self._retrying(
-            lambda: method(request, timeout=max(self._timeout, wait + 10.0), metadata=self._metadata),
+            lambda left: method(request, timeout=left, metadata=self._metadata),
             retry=True,
+            timeout=max(self._timeout, wait + 10.0),
             tenant=request.tenant,
         )
 
@@ -1308,16 +1328,21 @@ class MemoryClient:
         dropped stream without missing a transition, pass the last received ``Event.sequence`` as
         ``after_sequence``. The stream runs until ``timeout`` (None: forever; then it raises
         ``DeadlineExceededError``) or until you stop iterating (closing the generator cancels the
-        call). A stream refused for a limit before its first event (RESOURCE_EXHAUSTED,
-        STREAMS_PER_TENANT_REACHED, with a retry delay) is opened again after that delay. Raises
+        call). A stream that failed before its first event, UNAVAILABLE (the server down or
+        restarting) or refused for a limit (RESOURCE_EXHAUSTED, STREAMS_PER_TENANT_REACHED, with a
+        retry delay), is opened again as a read is called again, within the client's retry window;
+        one that failed after events raises, to be resumed with ``after_sequence``. Raises
         ``FailedPreconditionError`` (EVENTS_PRUNED: the event retention limit deleted transitions
         after ``after_sequence``; resume from the error's ``pruned_through_sequence`` metadata, or
         0 for everything kept)."""
         request = self._sendable(
             events_pb2.WatchEventsRequest(tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence)
         )
-        for tried in range(self._retries + 1):
-            call = self.events.WatchEvents(request, timeout=checked_timeout(timeout), metadata=self._metadata)
+        checked_timeout(timeout)
+        budget = RetryBudget(0.0, 0, timeout)  # the stream's deadline; a window from its first failure
+        failing = False
+        while True:
+            call = self.events.WatchEvents(request, timeout=budget.left(), metadata=self._metadata)
             received = False
             try:
                 for message in call:
@@ -1328,9 +1353,12 @@ class MemoryClient:
                 if exc.code() == grpc.StatusCode.CANCELLED:
                     return
                 error = self._failed(exc, tenant)
-                if received or tried == self._retries or error.retry_after_seconds is None:
+                if not failing:  # a stream that ran long before it failed gets a whole window too
+                    budget, failing = RetryBudget(self._retry_window, self._retries, budget.left()), True
+                wait = None if received else budget.wait_after(error)
+                if wait is None:
                     raise error from exc
-                time.sleep(min(MAX_RETRY_DELAY_SECONDS, error.retry_after_seconds))
+                time.sleep(wait)
             finally:
                 call.cancel()
 

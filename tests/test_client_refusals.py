@@ -226,6 +226,10 @@ _MISTYPED: list[tuple[Callable[[MemoryClient], object], str]] = [
         lambda c: MemoryClient("x", retries=_wrong(True)),
         "MemoryClient: retries is bool True; it takes a whole number (int)",
     ),
+    (
+        lambda c: MemoryClient("x", retry_window=_wrong("15")),
+        "MemoryClient: retry_window is str '15'; it takes a number (float)",
+    ),
     (lambda c: MemoryClient(_wrong(None)), "MemoryClient: target is NoneType None; it takes a text (str)"),
     # grpc's AttributeError ("'str' object has no attribute '_credentials'") before.
     (
@@ -281,6 +285,11 @@ _OUT_OF_RANGE: list[tuple[Callable[[], object], str]] = [
     (lambda: MemoryClient("x", retries=101), "MemoryClient: retries is 101; it takes 0 to 100"),
     (lambda: MemoryClient("x", retries=10**9), "MemoryClient: retries is 1000000000; it takes 0 to 100"),
     (lambda: MemoryClient("x", session_tenants=0), "MemoryClient: session_tenants is 0; it takes 1 or more"),
+    # A retry window that never ends (NaN compares false, an infinity) or ends before it begins.
+    (lambda: MemoryClient("x", retry_window=math.nan), "MemoryClient: retry_window is nan seconds; it takes 0 to 3600"),
+    (lambda: MemoryClient("x", retry_window=math.inf), "MemoryClient: retry_window is inf seconds; it takes 0 to 3600"),
+    (lambda: MemoryClient("x", retry_window=-1.0), "MemoryClient: retry_window is -1.0 seconds; it takes 0 to 3600"),
+    (lambda: MemoryClient("x", retry_window=3601), "MemoryClient: retry_window is 3601 seconds; it takes 0 to 3600"),
 ]
 
 
@@ -332,17 +341,21 @@ def test_a_client_argument_out_of_its_range_is_refused() -> None:
         assert (refused.value.reason, refused.value.message) == ("NUMBER_INVALID", message)
 
 
-def test_retries_after_unavailable_wait_a_doubling_backoff_of_at_most_five_seconds(
+def test_retries_after_unavailable_wait_a_doubling_backoff_of_at_most_one_second_with_jitter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Nothing answers (UNAVAILABLE without a delay of the server's): each retry waits twice the
-    last, from 0.1 s, at most 5 s, so a client given many retries never waits for hours. The
-    waits are recorded, not slept."""
+    """Nothing answers (UNAVAILABLE without a delay of the server's): each retry waits a random
+    half to all of a backoff from 0.1 s, doubling, at most 1 s (client/retry_window.py), so that a
+    server back is found within a second and its clients do not come back in step; ``retries``
+    still bounds their count. The waits are recorded, not slept."""
     waits: list[float] = []
     monkeypatch.setattr("mnemosyne.client.memory_client.time.sleep", waits.append)
     with MemoryClient(f"127.0.0.1:{free_port()}", retries=8) as client, pytest.raises(UnavailableError):
         client.ping()
-    assert waits == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
+    backoffs = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0]
+    assert len(waits) == len(backoffs)
+    assert all(b / 2 <= w <= b for w, b in zip(waits, backoffs, strict=True)), waits
+    assert len(set(waits)) == len(waits)  # drawn, not fixed
 
 
 # -- what a broken server answers ----------------------------------------------------------------

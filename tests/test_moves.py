@@ -97,7 +97,9 @@ class Deployment:
             process.stop()
 
     def client(self, ids: list[str], retries: int = 30) -> MemoryClient:
-        return MemoryClient("", ADMIN, members=self.members(ids), retries=retries)
+        # Tried for up to 2 minutes, as its 30 retries of waits up to 5 s were before the window:
+        # a write waits out a move's fence on a loaded machine.
+        return MemoryClient("", ADMIN, members=self.members(ids), retries=retries, retry_window=120.0)
 
     def at(self, member: str) -> MemoryClient:
         return MemoryClient(f"127.0.0.1:{self.ports[member]}", ADMIN, retries=0)

@@ -1,0 +1,92 @@
+"""The Python client across a restart of its server (SIGKILL, then the server started again on the
+same port and data directory, as a Kubernetes pod's restart): a call safe to repeat is tried again
+within the client's retry window (client/retry_window.py) and answered by the server back; a call
+not safe to repeat is not sent again; a server that stays gone fails the call within the window.
+Before, the client gave up after 3 retries, 0.7 s, and a call across a restart of 3-4 s failed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from mnemosyne.client import MemoryClient, UnavailableError
+from mnemosyne.client.retry_window import RETRY_WINDOW_SECONDS
+from tests.support import ServerProcess
+
+DOWN_SECONDS = 2.0  # from the kill to the start again (which takes about a second more)
+
+
+def _restart(server: ServerProcess, killed: Callable[[], object] = lambda: None) -> ServerProcess:
+    """``server`` started again on its port and data directory ``DOWN_SECONDS`` after ``killed()``
+    returned (it waits for the death), run in a thread: the test's calls are made while it is down."""
+    killed()
+    time.sleep(DOWN_SECONDS)
+    server.env.pop("MNEMOSYNE_TEST_CRASH_AFTER_COMMIT", None)
+    return server.restart()
+
+
+def test_a_retain_whose_reply_a_crash_lost_is_answered_by_the_server_back_and_applied_once(server_factory) -> None:
+    """The server commits the retain and dies before its reply (SIGKILL, the crash-after-commit
+    seam); started again 2 s later, the same call of the default client, still under way, gets the
+    first result from it by its request id: one memory, one write."""
+    server = server_factory(env={"MNEMOSYNE_TEST_CRASH_AFTER_COMMIT": "retain"}).start()
+    with MemoryClient(server.target) as client, ThreadPoolExecutor(1) as pool:
+        restarted = pool.submit(_restart, server, server.wait_exit)
+        started = time.monotonic()
+        result = client.retain("acme", "Invoice INV-4471 was paid on Friday", request_id="across-a-restart")
+        waited = time.monotonic() - started
+        restarted.result(timeout=60)
+        assert (result.status, result.memory_id) == ("created", 1)
+        assert DOWN_SECONDS <= waited < RETRY_WINDOW_SECONDS
+        stats = client.stats("acme")
+        assert (stats.memories, stats.writes, stats.duplicates) == (1, 1, 0)
+        assert [h.memory.id for h in client.recall("acme", "invoice INV-4471 paid")] == [1]
+
+
+def test_calls_made_while_the_server_is_down_are_answered_by_it_once_back_and_the_unsafe_one_is_not_resent(
+    server_factory,
+) -> None:
+    """SIGKILL, then the server is started again 2 s later: a recall and a retain with a request id
+    made meanwhile are answered by it (the retain applied once); an erasure (not safe to repeat)
+    fails UnavailableError at once and is not sent again: the tenant it named is whole."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        client.retain("acme", "The staging database moved to host db-7")
+        client.retain("kept", "A tenant an erasure sent while the server was down must not erase")
+        server.kill()
+        with ThreadPoolExecutor(1) as pool:
+            restarted = pool.submit(_restart, server)
+            started = time.monotonic()
+            with pytest.raises(UnavailableError):
+                client.erase_tenant("kept")
+            assert time.monotonic() - started < 1.0  # not tried again
+            hits = client.recall("acme", "staging database host")
+            recalled = time.monotonic() - started
+            result = client.retain("acme", "The cache moved to host db-9", request_id="while-down")
+            restarted.result(timeout=60)
+        assert [h.memory.text for h in hits] == ["The staging database moved to host db-7"]
+        assert recalled >= DOWN_SECONDS
+        assert (result.status, result.memory_id) == ("created", 2)
+        assert client.retain("acme", "The cache moved to host db-9", request_id="while-down") == result
+        assert client.stats("acme").memories == 2
+        assert client.stats("kept").memories == 1
+
+
+def test_a_call_to_a_server_that_stays_gone_fails_within_the_window_or_the_calls_deadline(server_factory) -> None:
+    """Tried again for the retry window (2 s here), waits of at most 1 s between tries, then
+    UnavailableError; a call's deadline (its ``timeout``) shorter than the window ends it first."""
+    server = server_factory().start()
+    target = server.target
+    server.kill()
+    for client, bound in [(MemoryClient(target, retry_window=2.0), 2.0), (MemoryClient(target, timeout=1.5), 1.5)]:
+        with client:
+            started = time.monotonic()
+            with pytest.raises(UnavailableError):
+                client.recall("acme", "anything")
+            failed_after = time.monotonic() - started
+        # Tried until the next wait would pass the bound (a wait is at most 1 s): longer than the
+        # 0.7 s of the old 3 retries, shorter than the bound with a little slack.
+        assert bound - 1.0 <= failed_after < bound + 0.5, (bound, failed_after)
