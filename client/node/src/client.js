@@ -5,12 +5,12 @@
 // decimal strings, exact as well.
 //
 // Retries, as in the Python client: a call is repeated only when repeating it is safe (reads,
-// and writes that carry a request id, which every write gets unless the caller passes ''), at
-// most `retries` times, when it failed with UNAVAILABLE (after its RetryInfo's retry_delay when
-// it carries one, else after 100 ms, then twice as long each time) or with RESOURCE_EXHAUSTED
-// whose status details carry a google.rpc.RetryInfo (after its retry_delay); each wait at most
-// `maxRetryDelayMs`. RESOURCE_EXHAUSTED without RetryInfo (a quota) is
-// final.
+// and writes that carry a request id, which every write gets unless the caller passes ''), when
+// it failed with UNAVAILABLE or with RESOURCE_EXHAUSTED whose status details carry a
+// google.rpc.RetryInfo, for `retryWindowMs` (15 s by default; never past the call's deadline,
+// `timeoutMs`, which its tries share) and at most `retries` times when given: a call in flight
+// across a restart of the server is answered by the server back. The waits between tries and
+// why: src/retry_window.js. RESOURCE_EXHAUSTED without RetryInfo (a quota) is final.
 //
 // Session consistency, by default (src/consistency.js): the client keeps the newest consistency
 // token its writes of each tenant returned and sends it with its next reads and writes of that
@@ -23,6 +23,7 @@ const grpc = require('@grpc/grpc-js');
 const { loadServices } = require('./protos');
 const { fromServiceError, MnemosyneError, TokenInvalidError } = require('./errors');
 const { SessionTokens, roleOf, TOKEN_KEY, MAX_TENANTS } = require('./consistency');
+const { RetryBudget, DEFAULT_RETRY_WINDOW_MS, MAX_RETRY_WINDOW_MS } = require('./retry_window');
 const {
   ROUTE_KEY, NOT_OWNER, ownerOf, firstMember, memberListText, parseMembers, checkMemberAddresses, sameMembers,
 } = require('./routing');
@@ -48,11 +49,9 @@ const TOKEN_TEXT = /^[ -~]+$/; // a bearer token is printable ASCII (what a requ
 const CONSISTENCY_TOKEN_FORM = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/; // base64url.base64url, as the server issues
 const MEMBER_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const MAX_GENERATION = (1n << 63n) - 1n;
-const RETRY_BACKOFF_MS = 100;
-const DEFAULT_RETRIES = 3;
 const DEFAULT_MAX_RETRY_DELAY_MS = 5000;
-// The most retries a client takes, as the Python client's MAX_RETRIES: more only keeps a caller
-// waiting on a server that is gone.
+// The most retries a client takes when it bounds them by a count, as the Python client's
+// MAX_RETRIES: more only keeps a caller waiting on a server that is gone.
 const MAX_RETRIES = 100;
 const MAX_RETRY_DELAY_MS = 3600 * 1000; // a server's retry delay is capped to this at most
 // The server's default --max-request-bytes: a larger request is refused (REQUEST_TOO_LARGE) here,
@@ -61,7 +60,8 @@ const MAX_REQUEST_BYTES = 16 * 1024 * 1024;
 // gRPC waits between attempts to connect to a server that is down, 1 s at first, 1.6 times longer
 // each time, up to 2 minutes, and a process's clients of one address share that wait: a server
 // back after a minute's restart would be left alone for minutes. The client tries every 0.1 s at
-// first, at most every 0.5 s (within the 0.7 s its calls retry for), on its own connection.
+// first, at most every 0.5 s (well within the window its calls retry for, waiting at most 1 s
+// between tries: src/retry_window.js), on its own connection.
 const CHANNEL_OPTIONS = {
   'grpc.initial_reconnect_backoff_ms': 100,
   'grpc.max_reconnect_backoff_ms': 500,
@@ -103,11 +103,6 @@ function retainResult(r) {
   };
 }
 
-/**
- * How long to wait before repeating a call that failed with `err`, or null when that failure is
- * final: UNAVAILABLE waits the RetryInfo's retry_delay when it has one, else `backoffMs`;
- * RESOURCE_EXHAUSTED with a RetryInfo its retry_delay (each at most `maxRetryDelayMs`).
- */
 // Why a NOT_OWNER refusal is thrown, not followed: the client has no list; a server stream had
 // answered (its list is taken all the same).
 const NO_MEMBER_LIST = 'this client has no member list to follow it by (members)';
@@ -122,13 +117,6 @@ function oneRedirect(sentTo, refusedBy) {
 function notFollowed(err, why) {
   err.message = `${err.message} (not sent to member ${err.metadata.owner || '(none named)'}, the owner it names: ${why})`;
   return err;
-}
-
-function retryDelay(err, backoffMs, maxRetryDelayMs) {
-  if (!(err instanceof MnemosyneError)) return null;
-  if (err.code === grpc.status.UNAVAILABLE) return Math.min(err.retryDelayMs ?? backoffMs, maxRetryDelayMs);
-  if (err.code === grpc.status.RESOURCE_EXHAUSTED && err.retryDelayMs !== null) return Math.min(err.retryDelayMs, maxRetryDelayMs);
-  return null;
 }
 
 function memory(m) {
@@ -369,7 +357,11 @@ class MemoryClient {
   constructor(target, options = {}) {
     optionsObject(options, 'MemoryClient');
     // The numbers and flags first: a refusal leaves no channel behind.
-    this.retries = wholeOption(options.retries, DEFAULT_RETRIES, 0, MAX_RETRIES, 'MemoryClient: retries');
+    // null (the default): as many retries as the window holds.
+    this.retries = wholeOption(options.retries, null, 0, MAX_RETRIES, 'MemoryClient: retries');
+    this.retryWindowMs = wholeOption(
+      options.retryWindowMs, DEFAULT_RETRY_WINDOW_MS, 0, MAX_RETRY_WINDOW_MS, 'MemoryClient: retryWindowMs',
+    );
     this.maxRetryDelayMs = wholeOption(
       options.maxRetryDelayMs, DEFAULT_MAX_RETRY_DELAY_MS, 0, MAX_RETRY_DELAY_MS, 'MemoryClient: maxRetryDelayMs',
     );
@@ -584,13 +576,19 @@ class MemoryClient {
       throw refused('MEMBER_ID_INVALID', `member ${shown(member, 80)} is no member's id: 1-63 `
         + "lowercase letters, digits and '-', starting with a letter or digit");
     }
-    let backoffMs = RETRY_BACKOFF_MS;
+    // Not gRPC's waitForReady, which holds a call until the channel connects: it would hold one to
+    // a server that is gone until the call's deadline and fail DEADLINE_EXCEEDED in place of
+    // UNAVAILABLE and its cause, would hold the calls not safe to repeat alike, and cannot help a
+    // call whose connection broke once sent. Tries bounded by the window, each failing fast while
+    // the server is down, end in the server's own error (as the Python client's).
+    const budget = this._retryBudget(timeoutMs);
     let refusedBy = null; // the member whose NOT_OWNER was followed (a call follows one)
     let sendTo = member; // '': the tenant's owner by the member list
-    for (let attempt = 0; ; attempt += 1) {
+    for (;;) {
       const routed = this._routed(stub, request.tenant, sendTo);
       try {
-        return await this._callOnce(routed.stub, method, request, { ...metadata, ...routed.route }, timeoutMs, tokens);
+        const leftMs = budget.leftMs();
+        return await this._callOnce(routed.stub, method, request, { ...metadata, ...routed.route }, leftMs, tokens);
       } catch (err) {
         const sentTo = routed.route[ROUTE_KEY];
         const { again, why } = refusedBy !== null
@@ -599,16 +597,19 @@ class MemoryClient {
         if (again !== null) {
           refusedBy = sentTo;
           sendTo = again;
-          attempt -= 1;
           continue;
         }
         if (why && err instanceof MnemosyneError && err.reason === NOT_OWNER) throw notFollowed(err, why);
-        const delay = retry && attempt < this.retries ? retryDelay(err, backoffMs, this.maxRetryDelayMs) : null;
+        const delay = retry ? budget.waitAfter(err) : null;
         if (delay === null) throw err;
         await sleep(delay);
-        backoffMs *= 2;
       }
     }
+  }
+
+  /** The tries of one call of deadline `timeoutMs` (null: none) under this client's retry settings. */
+  _retryBudget(timeoutMs) {
+    return new RetryBudget({ windowMs: this.retryWindowMs, retries: this.retries, maxRetryDelayMs: this.maxRetryDelayMs }, timeoutMs);
   }
 
   _callOnce(stub, method, request, extraMetadata, timeoutMs, tokens) {
@@ -1019,17 +1020,22 @@ class MemoryClient {
   /**
    * A server stream's messages as an async iterable (routed to `tenant`'s owner); leaving the loop
    * cancels it. Refused NOT_OWNER before its first message, it is sent once more, to the owner the
-   * refusal's member list names, as a unary call is (`_streamRefused`).
+   * refusal's member list names, as a unary call is (`_streamRefused`). `retry` (a stream safe to
+   * open again): failed before its first message, it is opened again as a read is called again,
+   * within the retry window from its first failure.
    */
-  async* _stream(stub, method, request, tenant, timeoutMs) {
+  async* _stream(stub, method, request, tenant, timeoutMs, retry = false) {
     const sent = this._sendable(stub, method, request);
     checkedTimeoutMs(timeoutMs);
     let sendTo = '';
     let refusedBy = null; // the member whose NOT_OWNER was followed (a stream follows one)
+    let budget = new RetryBudget({ windowMs: 0, retries: 0, maxRetryDelayMs: 0 }, timeoutMs); // the deadline
+    let failing = false;
     for (;;) {
       const routed = this._routed(stub, tenant, sendTo);
+      const leftMs = budget.leftMs();
       const call = routed.stub[method](sent, this._metadata(routed.route),
-        timeoutMs == null ? {} : { deadline: Date.now() + timeoutMs });
+        leftMs == null ? {} : { deadline: Date.now() + leftMs });
       call.on('error', () => {}); // the status after our own cancel() is no unhandled 'error'
       let answered = false;
       try {
@@ -1043,9 +1049,18 @@ class MemoryClient {
         const failed = fromServiceError(err, this._addressOf.get(routed.stub));
         const sentTo = routed.route[ROUTE_KEY];
         const again = this._streamRefused(failed, sentTo, refusedBy, answered);
-        if (again === null) throw failed;
-        refusedBy = sentTo;
-        sendTo = again;
+        if (again !== null) {
+          refusedBy = sentTo;
+          sendTo = again;
+          continue;
+        }
+        if (!failing) { // a stream that ran long before it failed gets a whole window too
+          budget = this._retryBudget(budget.leftMs());
+          failing = true;
+        }
+        const delay = retry && !answered ? budget.waitAfter(failed) : null;
+        if (delay === null) throw failed;
+        await sleep(delay);
       } finally {
         call.cancel();
       }
@@ -1109,11 +1124,14 @@ class MemoryClient {
    * `for await (const e of client.watchEvents(tenant)) ...`; leaving the loop cancels the
    * stream. To resume a dropped stream without missing a transition, pass the last received
    * event's `sequence` as `afterSequence`. It runs until `timeoutMs` (default: no deadline).
-   * A stream is not repeated by itself: resume it with `afterSequence`.
+   * A stream that failed before its first event (UNAVAILABLE: the server down or restarting; a
+   * refusal for a limit with a RetryInfo) is opened again as a read is called again, within the
+   * retry window; one that failed after events throws: resume it with `afterSequence`.
    */
   async* watchEvents(tenant, { afterEventId = 0, afterSequence = 0, timeoutMs } = {}) {
     const request = { tenant, after_event_id: afterEventId, after_sequence: afterSequence };
-    for await (const message of this._stream(this.events, 'WatchEvents', request, tenant, timeoutMs)) yield event(message);
+    const messages = this._stream(this.events, 'WatchEvents', request, tenant, timeoutMs, true);
+    for await (const message of messages) yield event(message);
   }
 
   // -- workspace (host-owned generations) ---------------------------------------------------------

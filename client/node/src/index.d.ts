@@ -25,8 +25,17 @@ export interface ClientOptions {
    */
   members?: string | Record<string, string> | Map<string, string>;
   /**
-   * How many times a call that is safe to repeat (a read, or a write with a request id) is
-   * repeated after UNAVAILABLE or after RESOURCE_EXHAUSTED with a RetryInfo (default 3).
+   * For how long, in milliseconds, a call that is safe to repeat (a read, or a write with a
+   * request id) is tried again after UNAVAILABLE or after RESOURCE_EXHAUSTED with a RetryInfo
+   * (default 15000, 0 to 3600000; never past the call's `timeoutMs`): a call in flight across a
+   * restart of the server is answered by the server back, one to a server that stays gone fails
+   * within it. Between tries a backoff from 100 ms, doubling, at most 1 s, jittered, or the
+   * RetryInfo's delay.
+   */
+  retryWindowMs?: number;
+  /**
+   * At most how many times such a call is tried again within the window (0 to 100; 0: never;
+   * default: as many as the window holds).
    */
   retries?: number;
   /** The longest RetryInfo retry_delay waited before a repeat, in milliseconds (default 5000). */

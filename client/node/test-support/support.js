@@ -13,15 +13,21 @@ const { loadStatusTypes } = require('../src/protos');
 
 const PYTHON = process.env.MNEMOSYNE_PYTHON || 'python3';
 
-/** Start `python -m mnemosyne.cli serve --port 0`; resolves {target, port, stop()} after its "serving" line. */
-function startServer({ env = {}, args = [] } = {}) {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mnemosyne-node-'));
-  const child = spawn(PYTHON, ['-m', 'mnemosyne.cli', 'serve', '--data-dir', dataDir, '--port', '0', '--metrics-port', '0', '--http-port', '0', ...args], {
+/**
+ * Start `python -m mnemosyne.cli serve --port 0`; resolves {target, port, stop(), kill()} after its
+ * "serving" line, and `exited`, a promise of its end. `dataDir` and `port` start it on a data
+ * directory kept after it (the caller's to remove) and on that port: its restart after `kill()`
+ * (SIGKILL, no cleanup) or a crash.
+ */
+function startServer({ env = {}, args = [], dataDir: kept = null, port: asked = 0 } = {}) {
+  const dataDir = kept ?? fs.mkdtempSync(path.join(os.tmpdir(), 'mnemosyne-node-'));
+  const child = spawn(PYTHON, ['-m', 'mnemosyne.cli', 'serve', '--data-dir', dataDir, '--port', String(asked), '--metrics-port', '0', '--http-port', '0', ...args], {
     // The word-hashing embedder, as the Python tests use (a test's expected hits are written for
     // it), unless the environment or the test names another.
     env: { MNEMOSYNE_EMBEDDER: 'hashing', ...process.env, PYTHONUNBUFFERED: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  const exited = new Promise((done) => child.once('exit', done));
   let stderr = '';
   child.stderr.on('data', (chunk) => { stderr = (stderr + chunk).slice(-4000); });
   return new Promise((resolve, reject) => {
@@ -29,7 +35,7 @@ function startServer({ env = {}, args = [] } = {}) {
     const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`server did not start in 60s: ${stderr}`)); }, 60000);
     child.on('exit', (code) => {
       clearTimeout(timer);
-      fs.rmSync(dataDir, { recursive: true, force: true }); // whether it served or not
+      if (kept === null) fs.rmSync(dataDir, { recursive: true, force: true }); // whether it served or not
       reject(new Error(`server exited with ${code}: ${stderr}`));
     });
     lines.once('line', (line) => {
@@ -38,6 +44,12 @@ function startServer({ env = {}, args = [] } = {}) {
       resolve({
         port,
         target: `127.0.0.1:${port}`,
+        dataDir,
+        exited, // resolves when the process has ended (a seam of its own may end it)
+        async kill() {
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+          await exited;
+        },
         async stop() {
           if (child.exitCode !== null) return;
           const exited = new Promise((done) => child.once('exit', done));

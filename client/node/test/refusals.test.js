@@ -408,6 +408,11 @@ test('an options object that is none, or a required argument left out, is refuse
     [{ retries: 'x' }, 'MemoryClient: retries is "x"; it takes a whole number from 0 to 100'],
     [{ retries: 1.5 }, 'MemoryClient: retries is 1.5; it takes a whole number from 0 to 100'],
     [{ maxRetryDelayMs: -5 }, 'MemoryClient: maxRetryDelayMs is -5; it takes a whole number from 0 to 3600000'],
+    // A retry window that never ends (NaN compares false, an infinity) or ends before it begins.
+    [{ retryWindowMs: NaN }, 'MemoryClient: retryWindowMs is NaN; it takes a whole number from 0 to 3600000'],
+    [{ retryWindowMs: Infinity }, 'MemoryClient: retryWindowMs is Infinity; it takes a whole number from 0 to 3600000'],
+    [{ retryWindowMs: -1 }, 'MemoryClient: retryWindowMs is -1; it takes a whole number from 0 to 3600000'],
+    [{ retryWindowMs: '15000' }, 'MemoryClient: retryWindowMs is "15000"; it takes a whole number from 0 to 3600000'],
     [{ sessionTenants: 0 }, 'MemoryClient: sessionTenants is 0; it takes a whole number from 1 to 9007199254740991'],
     [{ sessionConsistency: 'no' }, 'MemoryClient: sessionConsistency is a string; it takes true or false'],
   ]) {

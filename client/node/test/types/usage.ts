@@ -7,7 +7,7 @@ import {
 } from '../../src/index.js';
 
 export async function host(target: string): Promise<string> {
-  const client = new MemoryClient(target, { token: 't', timeoutMs: 5000, retries: 2, maxRetryDelayMs: 1000 });
+  const client = new MemoryClient(target, { token: 't', timeoutMs: 5000, retries: 2, retryWindowMs: 10000, maxRetryDelayMs: 1000 });
   const retained: RetainResult = await client.retain('acme', 'Order ORD-1 shipped', { scope: 'orders', requestId: newRequestId() });
   const status: 'created' | 'duplicate' | 'enqueued' | 'invalid' | 'unspecified' = retained.status;
   const hits: RecallHit[] = await client.recall('acme', 'order', { k: 3, metadataEquals: { team: 'ops' } });

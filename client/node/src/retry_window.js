@@ -1,0 +1,62 @@
+'use strict';
+// When the client tries a call again, and for how long: the Python client's rules and numbers
+// (client/retry_window.py). A call safe to repeat (a read, a write carrying a request id) that
+// fails UNAVAILABLE is tried again until it succeeds or its retry window (`retryWindowMs`, 15 s by
+// default) is over, never past the call's own deadline: a server's restart (a Kubernetes pod's, a
+// SIGKILL and start again) takes seconds, and a call in flight across it is answered by the server
+// back; one to a server that stays gone fails within the window. Between tries a backoff from
+// 100 ms, doubling, at most 1 s, each wait a random half to all of it (the clients of a restarted
+// server do not come back in step); a refusal naming a retry delay (google.rpc.RetryInfo: an
+// admission limit, SHUTTING_DOWN, MEMBERS_CHANGING) waits that delay instead, at most
+// `maxRetryDelayMs`. RESOURCE_EXHAUSTED without a RetryInfo (a quota) is final.
+const grpc = require('@grpc/grpc-js');
+const { MnemosyneError } = require('./errors');
+
+const DEFAULT_RETRY_WINDOW_MS = 15000;
+const MAX_RETRY_WINDOW_MS = 3600 * 1000; // more only keeps a caller waiting on a server that is gone
+const FIRST_BACKOFF_MS = 100;
+const MAX_BACKOFF_MS = 1000;
+
+/**
+ * The tries of one call: the time left of its deadline (`timeoutMs` from now; null: none) and the
+ * waits before its next try, within `windowMs` from now and at most `retries` of them (null: as
+ * many as the window holds), each RetryInfo delay at most `maxRetryDelayMs`.
+ */
+class RetryBudget {
+  constructor({ windowMs, retries, maxRetryDelayMs }, timeoutMs) {
+    const now = Date.now();
+    this._ends = timeoutMs == null ? Infinity : now + timeoutMs;
+    this._windowEnds = Math.min(now + windowMs, this._ends);
+    this._retries = retries ?? Infinity;
+    this._maxRetryDelayMs = maxRetryDelayMs;
+    this._tried = 0;
+    this._backoffMs = FIRST_BACKOFF_MS;
+  }
+
+  /** The milliseconds left of the call's deadline, for its next try's (null: no deadline). */
+  leftMs() {
+    return this._ends === Infinity ? null : Math.max(this._ends - Date.now(), 0);
+  }
+
+  /**
+   * The milliseconds to wait before the call is tried again after `err`, or null: not again
+   * (another failure, the retries or the window spent). The caller knows the call is safe to repeat.
+   */
+  waitAfter(err) {
+    if (!(err instanceof MnemosyneError)) return null;
+    let wait;
+    if (err.code === grpc.status.UNAVAILABLE && !err.retryDelayMs) {
+      wait = this._backoffMs * (0.5 + Math.random() / 2);
+      this._backoffMs = Math.min(2 * this._backoffMs, MAX_BACKOFF_MS);
+    } else if ((err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.RESOURCE_EXHAUSTED) && err.retryDelayMs !== null) {
+      wait = Math.min(err.retryDelayMs, this._maxRetryDelayMs);
+    } else {
+      return null;
+    }
+    if (this._tried >= this._retries || Date.now() + wait >= this._windowEnds) return null;
+    this._tried += 1;
+    return wait;
+  }
+}
+
+module.exports = { RetryBudget, DEFAULT_RETRY_WINDOW_MS, MAX_RETRY_WINDOW_MS };
