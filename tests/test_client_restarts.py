@@ -90,3 +90,19 @@ def test_a_call_to_a_server_that_stays_gone_fails_within_the_window_or_the_calls
         # Tried until the next wait would pass the bound (a wait is at most 1 s): longer than the
         # 0.7 s of the old 3 retries, shorter than the bound with a little slack.
         assert bound - 1.0 <= failed_after < bound + 0.5, (bound, failed_after)
+
+
+def test_a_watch_not_yet_answered_is_opened_again_on_the_server_back(server_factory) -> None:
+    """A watch waiting for its first event when the server is killed is opened again, as a read is
+    called again, and gets the events of the server back (before, it raised UnavailableError)."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client, ThreadPoolExecutor(2) as pool:
+        client.hot_path("acme", "enable")
+        watching = pool.submit(lambda: next(iter(client.watch_events("acme", timeout=30))))
+        time.sleep(0.5)  # the stream opened and waiting
+        assert not watching.done()
+        server.kill()
+        pool.submit(_restart, server).result(timeout=60)
+        enqueued = client.retain("acme", "The nightly export now runs at 02:00", fast=True)
+        event = watching.result(timeout=15)
+        assert event.event_id == enqueued.event_id

@@ -109,3 +109,24 @@ test('a call to a server that stays gone fails within the window, or the call\'s
     }
   });
 });
+
+test('a watch not yet answered is opened again on the server back', async () => {
+  await withDataDir(async (start) => {
+    const first = await start();
+    const client = new MemoryClient(first.target);
+    const watching = client.watchEvents('acme', { timeoutMs: 30000 })[Symbol.asyncIterator]();
+    try {
+      await client.hotPath('acme', 'enable');
+      const firstEvent = watching.next();
+      await sleep(500); // the stream opened and waiting
+      await first.kill();
+      await restarted(first, start);
+      const enqueued = await client.retain('acme', 'The nightly export now runs at 02:00', { fast: true });
+      const { value } = await firstEvent;
+      assert.equal(value.eventId, enqueued.eventId);
+    } finally {
+      await watching.return();
+      client.close();
+    }
+  });
+});
