@@ -3,7 +3,8 @@
 Methods are named after the specification's API (retain, recall, retain_batch, ...) and return plain dataclasses
 from ``mnemosyne.client.types``; failures raise ``mnemosyne.client.errors`` exceptions. Calls
 that fail with UNAVAILABLE are retried with backoff when repeating them is safe: reads, and
-writes that carry a request id (every write gets one unless the caller passes its own).
+writes that carry a request id (every write gets one unless the caller passes its own), for a
+retry window (15 s by default, client/retry_window.py), so a restart of the server is ridden out.
 
 Session consistency, by default: the client keeps the newest consistency token its writes of each
 tenant returned and sends it with its next reads and writes of that tenant, so a read waits for
@@ -303,7 +304,8 @@ class MemoryClient:
         your own (``self.memory.Retain``, ...).
 
         ``retry``: the call is safe to repeat (a read, or a write carrying a request id); then it
-        is tried again after UNAVAILABLE and after a refusal naming a retry delay. ``metadata`` is
+        is tried again after UNAVAILABLE and after a refusal naming a retry delay, within the
+        client's retry window and ``timeout``, which its tries share. ``metadata`` is
         sent beside the token. ``session``: the call carries the session's consistency tokens
         (host/consistency.py says which calls do). Returns the response. Raises
         ``InvalidArgumentError`` (REQUEST_TOO_LARGE) before sending a request over ``max_request_bytes``, and the
