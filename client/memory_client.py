@@ -1092,7 +1092,9 @@ class MemoryClient:
         Raises ``NotFoundError`` (TENANT_NOT_FOUND: a named tenant has no data),
         ``InvalidArgumentError`` (TENANT_INVALID: a tenant of ``tenants`` or ``known`` is no tenant
         id) and ``UnavailableError`` (RESTORING_FROM_REPLICA: a server on a new volume still restores its
-        tenants from object storage after a minute; retry) before the first part."""
+        tenants from object storage after a minute; retry) before the first part. Opened while the
+        server is down or restarting, it is opened again within the client's retry window; one that
+        failed after its first part raises."""
         request = admin_pb2.BackupRequest(
             tenants=list(tenants),
             known=[
@@ -1103,23 +1105,25 @@ class MemoryClient:
             ],
         )
         self._sendable(request)
-        try:
-            for response in self.admin.Backup(request, timeout=checked_timeout(timeout), metadata=self._metadata):
-                yield convert.backup_part_from_proto(response)
-        except grpc.RpcError as exc:
-            raise self._failed(exc) from exc
+        yield from self._reopened(
+            lambda left: self.admin.Backup(request, timeout=left, metadata=self._metadata),
+            timeout=checked_timeout(timeout),
+            made=convert.backup_part_from_proto,
+        )
 
     def export_tenant(self, tenant: str, timeout: float = 3600.0) -> Iterator[types.TenantBackup | types.BackupChunk]:
         """One tenant as a consistent snapshot (its own token or an admin token): its manifest
         (``TenantBackup``), then its files' ``BackupChunk``s. ``mnemosyne export`` writes them
-        as a tenant archive; ``timeout`` bounds the stream, in seconds. Raises ``NotFoundError``
-        (TENANT_NOT_FOUND)."""
+        as a tenant archive; ``timeout`` bounds the stream, in seconds. Opened while the server is
+        down or restarting, it is opened again within the client's retry window; one that failed
+        after its first part raises (export again). Raises ``NotFoundError`` (TENANT_NOT_FOUND)."""
         request = self._sendable(admin_pb2.ExportTenantRequest(tenant=tenant))
-        try:
-            for response in self.admin.ExportTenant(request, timeout=checked_timeout(timeout), metadata=self._metadata):
-                yield convert.export_part_from_proto(response)
-        except grpc.RpcError as exc:
-            raise self._failed(exc, tenant) from exc
+        yield from self._reopened(
+            lambda left: self.admin.ExportTenant(request, timeout=left, metadata=self._metadata),
+            timeout=checked_timeout(timeout),
+            tenant=tenant,
+            made=convert.export_part_from_proto,
+        )
 
     def import_tenant(
         self,
@@ -1340,19 +1344,41 @@ class MemoryClient:
         request = self._sendable(
             events_pb2.WatchEventsRequest(tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence)
         )
-        checked_timeout(timeout)
+        yield from self._reopened(
+            lambda left: self.events.WatchEvents(request, timeout=left, metadata=self._metadata),
+            timeout=checked_timeout(timeout),
+            tenant=tenant,
+            cancelled_ends=True,
+            made=convert.event_from_proto,
+        )
+
+    def _reopened(
+        self,
+        open_call: Callable[[float | None], Any],
+        *,
+        timeout: float | None,
+        made: Callable[[Any], T],
+        tenant: str = "",
+        cancelled_ends: bool = False,
+    ) -> Generator[T, None, None]:
+        """The messages, each ``made(message)``, of a server stream safe to open again,
+        ``open_call(seconds left of timeout)`` opening it: one that failed before its first message (UNAVAILABLE, the server
+        down or restarting; a refusal naming a retry delay) is opened again as a read is called
+        again, within the retry window from its first failure; one that failed after raises
+        (``cancelled_ends``: CANCELLED ends it quietly, a watch's). Ending the iteration cancels
+        the call."""
         budget = RetryBudget(0.0, 0, timeout)  # the stream's deadline; a window from its first failure
         failing = False
         while True:
-            call = self.events.WatchEvents(request, timeout=budget.left(), metadata=self._metadata)
+            call = open_call(budget.left())
             received = False
             try:
                 for message in call:
                     received = True
-                    yield convert.event_from_proto(message)
+                    yield made(message)
                 return
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.CANCELLED:
+                if cancelled_ends and exc.code() == grpc.StatusCode.CANCELLED:
                     return
                 error = self._failed(exc, tenant)
                 if not failing:  # a stream that ran long before it failed gets a whole window too

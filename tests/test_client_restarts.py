@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mnemosyne.client import MemoryClient, UnavailableError
+from mnemosyne.client import BackupChunk, MemoryClient, TenantBackup, UnavailableError
 from mnemosyne.client.retry_window import RETRY_WINDOW_SECONDS
 from tests.support import ServerProcess
 
@@ -106,3 +106,17 @@ def test_a_watch_not_yet_answered_is_opened_again_on_the_server_back(server_fact
         enqueued = client.retain("acme", "The nightly export now runs at 02:00", fast=True)
         event = watching.result(timeout=15)
         assert event.event_id == enqueued.event_id
+
+
+def test_an_export_opened_while_the_server_is_down_is_answered_by_it_once_back(server_factory) -> None:
+    """An export is a read: opened while the server is down (SIGKILL, started again 2 s later),
+    it is opened again on the server back and gives the tenant's manifest and files."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client, ThreadPoolExecutor(1) as pool:
+        client.retain("acme", "The quarterly report is due on the 5th")
+        server.kill()
+        restarted = pool.submit(_restart, server)
+        manifest, *chunks = client.export_tenant("acme")
+        restarted.result(timeout=60)
+    assert isinstance(manifest, TenantBackup) and manifest.tenant == "acme" and manifest.memories == 1
+    assert chunks and all(isinstance(c, BackupChunk) for c in chunks)

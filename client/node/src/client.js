@@ -911,15 +911,20 @@ class MemoryClient {
    * An online backup (admin token) as its stream of parts: {tenant} (a copy's manifest), {chunk}
    * (its files' bytes), {unchanged}, {skipped}, {summary}; `known` ([{tenant, change_counter,
    * inbox_sequence}]) leaves out what is unchanged since a previous backup. `mnemosyne backup`
-   * writes them to a directory.
+   * writes them to a directory. Opened while the server is down or restarting, it is opened again
+   * within the retry window; one that failed after its first part throws.
    */
   backup({ tenants = [], known = [], timeoutMs = 3600000 } = {}) {
-    return this._stream(this.admin, 'Backup', { tenants, known }, '', timeoutMs);
+    return this._stream(this.admin, 'Backup', { tenants, known }, '', timeoutMs, true);
   }
 
-  /** One tenant's export as its stream of parts: {manifest} first, then {chunk}s of its files. */
+  /**
+   * One tenant's export as its stream of parts: {manifest} first, then {chunk}s of its files.
+   * Opened while the server is down or restarting, it is opened again within the retry window; one
+   * that failed after its first part throws (export again).
+   */
   exportTenant(tenant, { timeoutMs = 3600000 } = {}) {
-    return this._stream(this.admin, 'ExportTenant', { tenant }, tenant, timeoutMs);
+    return this._stream(this.admin, 'ExportTenant', { tenant }, tenant, timeoutMs, true);
   }
 
   /**

@@ -17,18 +17,26 @@ const { startServer } = require('../test-support/support');
 
 const DOWN_MS = 2000; // from the death to the start again (which takes about a second more)
 
-/** A server on a data directory of its own, and that directory removed when `body` has run. */
-async function withDataDir(body) {
+/**
+ * `body(first, client, start)`: a server started with `options` on a data directory of its own,
+ * a client of it, and `start(options)` to start it again there; all ended, and the directory
+ * removed, when `body` has run.
+ */
+async function withServer(options, body) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'mnemosyne-node-restart-'));
   const started = [];
-  const start = async (options) => {
-    const server = await startServer({ dataDir, ...options });
+  const start = async (more) => {
+    const server = await startServer({ dataDir, ...more });
     started.push(server);
     return server;
   };
+  let client = null;
   try {
-    await body(start);
+    const first = await start(options);
+    client = new MemoryClient(first.target);
+    await body(first, client, start);
   } finally {
+    client?.close();
     for (const server of started) await server.kill();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
@@ -44,56 +52,43 @@ async function restarted(server, start) {
 const isUnavailable = (err) => err.code === grpc.status.UNAVAILABLE;
 
 test('a retain whose reply a crash lost is answered by the server back and applied once', async () => {
-  await withDataDir(async (start) => {
-    const first = await start({ env: { MNEMOSYNE_TEST_CRASH_AFTER_COMMIT: 'retain' } });
-    const client = new MemoryClient(first.target);
-    try {
-      const back = restarted(first, start);
-      const began = Date.now();
-      const result = await client.retain('acme', 'Invoice INV-4471 was paid on Friday', { requestId: 'across-a-restart' });
-      const waited = Date.now() - began;
-      await back;
-      assert.deepEqual([result.status, result.memoryId], ['created', '1']);
-      assert.ok(waited >= DOWN_MS && waited < 15000, `answered after ${waited} ms`);
-      const stats = await client.stats('acme');
-      assert.deepEqual([Number(stats.memories), Number(stats.writes), Number(stats.duplicates)], [1, 1, 0]);
-    } finally {
-      client.close();
-    }
+  await withServer({ env: { MNEMOSYNE_TEST_CRASH_AFTER_COMMIT: 'retain' } }, async (first, client, start) => {
+    const back = restarted(first, start);
+    const began = Date.now();
+    const result = await client.retain('acme', 'Invoice INV-4471 was paid on Friday', { requestId: 'across-a-restart' });
+    const waited = Date.now() - began;
+    await back;
+    assert.deepEqual([result.status, result.memoryId], ['created', '1']);
+    assert.ok(waited >= DOWN_MS && waited < 15000, `answered after ${waited} ms`);
+    const stats = await client.stats('acme');
+    assert.deepEqual([Number(stats.memories), Number(stats.writes), Number(stats.duplicates)], [1, 1, 0]);
   });
 });
 
 test('calls made while the server is down are answered by it once back; the unsafe one is not resent', async () => {
-  await withDataDir(async (start) => {
-    const first = await start();
-    const client = new MemoryClient(first.target);
-    try {
-      await client.retain('acme', 'The staging database moved to host db-7');
-      await client.retain('kept', 'A tenant an erasure sent while the server was down must not erase');
-      await first.kill();
-      const back = restarted(first, start);
-      const began = Date.now();
-      await assert.rejects(client.eraseTenant('kept'), isUnavailable);
-      assert.ok(Date.now() - began < 1000, 'an erasure is not tried again');
-      const hits = await client.recall('acme', 'staging database host');
-      const recalled = Date.now() - began;
-      const result = await client.retain('acme', 'The cache moved to host db-9', { requestId: 'while-down' });
-      await back;
-      assert.deepEqual(hits.map((h) => h.memory.text), ['The staging database moved to host db-7']);
-      assert.ok(recalled >= DOWN_MS, `answered after ${recalled} ms`);
-      assert.deepEqual([result.status, result.memoryId], ['created', '2']);
-      assert.deepEqual(await client.retain('acme', 'The cache moved to host db-9', { requestId: 'while-down' }), result);
-      assert.equal(Number((await client.stats('acme')).memories), 2);
-      assert.equal(Number((await client.stats('kept')).memories), 1);
-    } finally {
-      client.close();
-    }
+  await withServer({}, async (first, client, start) => {
+    await client.retain('acme', 'The staging database moved to host db-7');
+    await client.retain('kept', 'A tenant an erasure sent while the server was down must not erase');
+    await first.kill();
+    const back = restarted(first, start);
+    const began = Date.now();
+    await assert.rejects(client.eraseTenant('kept'), isUnavailable);
+    assert.ok(Date.now() - began < 1000, 'an erasure is not tried again');
+    const hits = await client.recall('acme', 'staging database host');
+    const recalled = Date.now() - began;
+    const result = await client.retain('acme', 'The cache moved to host db-9', { requestId: 'while-down' });
+    await back;
+    assert.deepEqual(hits.map((h) => h.memory.text), ['The staging database moved to host db-7']);
+    assert.ok(recalled >= DOWN_MS, `answered after ${recalled} ms`);
+    assert.deepEqual([result.status, result.memoryId], ['created', '2']);
+    assert.deepEqual(await client.retain('acme', 'The cache moved to host db-9', { requestId: 'while-down' }), result);
+    assert.equal(Number((await client.stats('acme')).memories), 2);
+    assert.equal(Number((await client.stats('kept')).memories), 1);
   });
 });
 
 test('a call to a server that stays gone fails within the window, or the call\'s deadline', async () => {
-  await withDataDir(async (start) => {
-    const gone = await start();
+  await withServer({}, async (gone) => {
     await gone.kill();
     for (const [options, boundMs] of [[{ retryWindowMs: 2000 }, 2000], [{ timeoutMs: 1500 }, 1500]]) {
       const client = new MemoryClient(gone.target, options);
@@ -111,9 +106,7 @@ test('a call to a server that stays gone fails within the window, or the call\'s
 });
 
 test('a watch not yet answered is opened again on the server back', async () => {
-  await withDataDir(async (start) => {
-    const first = await start();
-    const client = new MemoryClient(first.target);
+  await withServer({}, async (first, client, start) => {
     const watching = client.watchEvents('acme', { timeoutMs: 30000 })[Symbol.asyncIterator]();
     try {
       await client.hotPath('acme', 'enable');
@@ -126,7 +119,20 @@ test('a watch not yet answered is opened again on the server back', async () => 
       assert.equal(value.eventId, enqueued.eventId);
     } finally {
       await watching.return();
-      client.close();
     }
+  });
+});
+
+test('an export opened while the server is down is answered by it once back', async () => {
+  await withServer({}, async (first, client, start) => {
+    await client.retain('acme', 'The quarterly report is due on the 5th');
+    await first.kill();
+    const back = restarted(first, start);
+    const parts = [];
+    for await (const part of client.exportTenant('acme')) parts.push(part);
+    await back;
+    assert.equal(parts[0].manifest.tenant, 'acme');
+    assert.equal(Number(parts[0].manifest.memories), 1);
+    assert.ok(parts.length > 1 && parts.slice(1).every((p) => p.chunk));
   });
 });
