@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -423,6 +424,43 @@ def test_a_client_at_the_wrong_port_asks_whether_a_mnemosyne_server_listens_ther
         lines = ran.stderr.strip().splitlines()
         assert ran.returncode == 2 and len(lines) == 1 and "Traceback" not in ran.stderr, ran.stderr
         assert lines[0].startswith(f"mnemosyne consolidate: UNAVAILABLE: is a Mnemosyne server listening at {target}?")
+
+
+def test_a_command_at_an_address_where_nothing_listens_fails_after_its_retry_window(tmp_path: Path) -> None:
+    """A command tries a repeatable call again while the server is unreachable for --retry-window
+    seconds (3 by default, MNEMOSYNE_CLIENT_RETRY_WINDOW), not a client library's 15 s."""
+    with _wrong_ports() as wrong:
+        target = wrong["nothing listening"]
+        archive = tmp_path / "acme.tar"
+        command = (
+            sys.executable,
+            "-m",
+            "mnemosyne",
+            "export",
+            "--target",
+            target,
+            "--tenant",
+            "acme",
+            "--to",
+            str(archive),
+        )
+        took = {}
+        for name, flags, env in (
+            ("default", (), {}),
+            ("never", ("--retry-window", "0"), {}),
+            ("variable", (), {"MNEMOSYNE_CLIENT_RETRY_WINDOW": "6"}),
+        ):
+            began = time.monotonic()
+            ran = subprocess.run(
+                [*command, *flags], capture_output=True, text=True, timeout=60, env={**os.environ, **env}
+            )
+            took[name] = time.monotonic() - began
+            assert ran.returncode == 2 and "is a Mnemosyne server listening" in ran.stderr, ran.stderr
+            assert not archive.exists()
+    # The last wait is cut short rather than run past the window: each ends a little before it.
+    assert (
+        took["never"] < 2 and 2.5 <= took["default"] < took["never"] + 5 and took["variable"] > took["default"] + 2
+    ), took
 
 
 def test_a_server_refusal_is_not_taken_for_a_wrong_port(server, tenant: str) -> None:

@@ -14,13 +14,16 @@ from typing import Any
 from mnemosyne.cli.flags import NUMBER, POSITIVE, number_flag
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import from_rpc_error
-from mnemosyne.engine.limits import MAX_REEMBED_CHUNK, parse_integer, validate_tenant
+from mnemosyne.client.retry_window import MAX_RETRY_WINDOW_SECONDS
+from mnemosyne.engine.limits import MAX_REEMBED_CHUNK, parse_integer, parse_number, validate_tenant
 from mnemosyne.engine.targets import check_member_addresses, check_target
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.runtime.files import read_named_file
 from mnemosyne.store.membership import member_list_text
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+CLI_RETRY_WINDOW_SECONDS = 3.0
+RETRY_WINDOW = number_flag(parse_number, 0.0, MAX_RETRY_WINDOW_SECONDS)
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -56,7 +59,7 @@ def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target:
     """How a client command reaches its server: --target (MNEMOSYNE_TARGET), --token-file
     (MNEMOSYNE_TOKEN), --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name
     (MNEMOSYNE_CLIENT_TLS...; CLIENT, so a server's own MNEMOSYNE_TLS_CERT is never taken for a
-    client certificate). ``token``: whose token the command needs. ``target=False``: the command
+    client certificate), --retry-window (MNEMOSYNE_CLIENT_RETRY_WINDOW). ``token``: whose token the command needs. ``target=False``: the command
     names its servers otherwise (rebalance's member lists)."""
     group = parser.add_argument_group("connection to the server")
     if target:
@@ -94,6 +97,16 @@ def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target:
         help="name to check the server certificate against (default: the target's host; "
         "MNEMOSYNE_CLIENT_TLS_SERVER_NAME)",
     )
+    # Shorter than a client library's 15 s: at a command line a wrong --target is likelier than a
+    # server restarting, and the person waits for the answer.
+    group.add_argument(
+        "--retry-window",
+        action=_Given,
+        type=RETRY_WINDOW,
+        default=_env("CLIENT_RETRY_WINDOW", f"{CLI_RETRY_WINDOW_SECONDS:g}"),
+        help="seconds a call safe to repeat is tried again while the server is unreachable or restarting "
+        f"(0: never; default {CLI_RETRY_WINDOW_SECONDS:g}; MNEMOSYNE_CLIENT_RETRY_WINDOW)",
+    )
 
 
 def target_of(args: argparse.Namespace) -> str:
@@ -129,13 +142,18 @@ def _path(value: str | None) -> Path | None:
 
 def _client_settings(args: argparse.Namespace) -> dict[str, Any]:
     """``MemoryClient``'s keyword arguments from the connection flags: token, TLS credentials
-    (None: plaintext) and channel options."""
+    (None: plaintext), channel options and the retry window."""
     from mnemosyne.transport.tls import channel_credentials
 
     options = [("grpc.ssl_target_name_override", args.tls_server_name)] if args.tls_server_name else []
     tls = args.tls or any((args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name))
     credentials = channel_credentials(_path(args.tls_ca), _path(args.tls_cert), _path(args.tls_key)) if tls else None
-    return {"token": _token(args), "credentials": credentials, "options": options}
+    return {
+        "token": _token(args),
+        "credentials": credentials,
+        "options": options,
+        "retry_window": args.retry_window,
+    }
 
 
 def client_of(args: argparse.Namespace, **options: Any) -> MemoryClient:
