@@ -14,7 +14,7 @@ from typing import Any
 from mnemosyne.cli.flags import NUMBER, POSITIVE, number_flag
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.errors import from_rpc_error
-from mnemosyne.client.retry_window import MAX_RETRY_WINDOW_SECONDS
+from mnemosyne.client.retry_window import MAX_RETRY_WINDOW_SECONDS, RETRY_WINDOW_SECONDS
 from mnemosyne.engine.limits import MAX_REEMBED_CHUNK, parse_integer, parse_number, validate_tenant
 from mnemosyne.engine.targets import check_member_addresses, check_target
 from mnemosyne.errors import InvalidArgument
@@ -22,6 +22,9 @@ from mnemosyne.runtime.files import read_named_file
 from mnemosyne.store.membership import member_list_text
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+# Shorter than a client library's 15 s: at a command line a wrong --target is likelier than a
+# server restarting, and the person waits for the answer. Not `mcp`'s: it serves an agent for as
+# long as the agent runs, through the server's restarts.
 CLI_RETRY_WINDOW_SECONDS = 3.0
 RETRY_WINDOW = number_flag(parse_number, 0.0, MAX_RETRY_WINDOW_SECONDS)
 
@@ -55,12 +58,14 @@ def given_connection_flags(args: argparse.Namespace) -> tuple[str, ...]:
     return given
 
 
-def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target: bool = True) -> None:
+def add_connection_flags(
+    parser: argparse.ArgumentParser, token: str, *, target: bool = True, retry_window: float = CLI_RETRY_WINDOW_SECONDS
+) -> None:
     """How a client command reaches its server: --target (MNEMOSYNE_TARGET), --token-file
     (MNEMOSYNE_TOKEN), --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name
     (MNEMOSYNE_CLIENT_TLS...; CLIENT, so a server's own MNEMOSYNE_TLS_CERT is never taken for a
     client certificate), --retry-window (MNEMOSYNE_CLIENT_RETRY_WINDOW). ``token``: whose token the command needs. ``target=False``: the command
-    names its servers otherwise (rebalance's member lists)."""
+    names its servers otherwise (rebalance's member lists). ``retry_window``: its default."""
     group = parser.add_argument_group("connection to the server")
     if target:
         group.add_argument(
@@ -97,15 +102,13 @@ def add_connection_flags(parser: argparse.ArgumentParser, token: str, *, target:
         help="name to check the server certificate against (default: the target's host; "
         "MNEMOSYNE_CLIENT_TLS_SERVER_NAME)",
     )
-    # Shorter than a client library's 15 s: at a command line a wrong --target is likelier than a
-    # server restarting, and the person waits for the answer.
     group.add_argument(
         "--retry-window",
         action=_Given,
         type=RETRY_WINDOW,
-        default=_env("CLIENT_RETRY_WINDOW", f"{CLI_RETRY_WINDOW_SECONDS:g}"),
+        default=_env("CLIENT_RETRY_WINDOW", f"{retry_window:g}"),
         help="seconds a call safe to repeat is tried again while the server is unreachable or restarting "
-        f"(0: never; default {CLI_RETRY_WINDOW_SECONDS:g}; MNEMOSYNE_CLIENT_RETRY_WINDOW)",
+        f"(0: never; default {retry_window:g}; MNEMOSYNE_CLIENT_RETRY_WINDOW)",
     )
 
 
@@ -331,7 +334,7 @@ def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         action="store_false",
         help="do not make the session's reads wait for its own queued writes (docs/mcp.md)",
     )
-    add_connection_flags(mcp, "the tenant's token")
+    add_connection_flags(mcp, "the tenant's token", retry_window=RETRY_WINDOW_SECONDS)
     mcp.set_defaults(run=_mcp)
 
     backup = commands.add_parser(
