@@ -1271,3 +1271,58 @@ def test_a_forget_clears_a_column_added_later_and_what_older_forgets_kept(server
         assert connection.execute("SELECT count(*) FROM consolidated_threads").fetchone() == (0,)
     finally:
         connection.close()
+
+
+def test_forgets_beside_reads_that_never_pause_wait_only_for_the_reads_under_way(server_factory, tenant: str) -> None:
+    """Reads back to back on four clients (two recalling, two verifying the chain: reads of a few
+    tenths of a second) always overlap. A forget's TRUNCATE checkpoint, waiting under the tenant's
+    write lock for a moment without a reader, found none: the first forget ended UNAVAILABLE
+    ERASURE_BUSY after its 10 s, every write waiting with it. The gate of the tenant's reads
+    (store/read_gate.py) makes it wait only for the reads under way (forgets and writes of at most
+    0.33 s measured). Each forget still leaves nothing of its memory in any file."""
+    server = server_factory().start()
+    secrets_by_id: dict[int, str] = {}
+    with MemoryClient(server.target) as client:
+        for batch in range(4):  # a chain of 2,000 entries: its verification is a long read
+            client.retain_batch(tenant, [f"the pump in hall {batch}-{i} is blue and runs at night" for i in range(500)])
+        for i in range(10):
+            secret = f"Zq{i:02d}" + "".join(random.choice(string.ascii_letters) for _ in range(20))
+            secrets_by_id[client.retain(tenant, f"the pump in hall {i} has the code {secret}").memory_id] = secret
+    stop = threading.Event()
+    forgets: list[float] = []
+    writes: list[float] = []
+
+    def read(seed: int) -> None:
+        rng = random.Random(seed)
+        with MemoryClient(server.target) as reader:
+            while not stop.is_set():
+                if seed % 2:
+                    reader.verify_integrity(tenant)
+                else:
+                    reader.recall(tenant, f"which pump runs in hall {rng.randrange(200)}", k=20)
+
+    def write() -> None:
+        with MemoryClient(server.target) as writer:
+            while not stop.is_set():
+                started = time.monotonic()
+                writer.retain(tenant, f"a note written beside the forgets at {started}")
+                writes.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=read, args=(seed,)) for seed in range(4)] + [threading.Thread(target=write)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(1)  # the reads under way
+        with MemoryClient(server.target, retries=0) as forgetter:
+            for memory_id in secrets_by_id:
+                started = time.monotonic()
+                forgetter.forget(tenant, memory_id)
+                forgets.append(time.monotonic() - started)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert max(forgets) < 4 and max(writes) < 4, (sorted(forgets)[-3:], sorted(writes)[-3:])
+    assert texts_left(server.data_dir, secrets_by_id.values()) == {}
+    with MemoryClient(server.target) as client:
+        assert client.verify_integrity(tenant).valid

@@ -53,6 +53,7 @@ from mnemosyne.store.membership import moving
 from mnemosyne.store.memory_erasure import MemoryErasure
 from mnemosyne.store.memory_reads import MemoryReads
 from mnemosyne.store.oplog import OplogReads, OplogWrites
+from mnemosyne.store.read_gate import ReadGate
 from mnemosyne.store.recall_reads import RecallReads
 from mnemosyne.store.record_writes import RecordWrites
 from mnemosyne.store.reembed_rows import ReembedReads, ReembedWrites
@@ -180,6 +181,7 @@ class TenantStore:
             self._writer.set_wal_hook(self._wal_hook)  # also turns SQLite's own autocheckpoint off
         self._readers: list[apsw.Connection] = []
         self._readers_lock = threading.Lock()
+        self._read_gate = ReadGate()  # closed by an erasure's truncation of the WAL (store/read_gate.py)
         self._closed = False
         self._snapshots_held = 0  # copies' read transactions open now (``snapshot``)
         self.cache = TenantCache()  # the engine's values for this open tenant (store/tenant_cache.py)
@@ -315,6 +317,7 @@ class TenantStore:
         """A read transaction on a connection of its own (not a pooled reader), held for as long
         as the block runs: what an online backup copies from (store/snapshot.py), page by page,
         while writers go on."""
+        self._read_gate.wait_open()
         connection = open_connection(self.path, readonly=True, synchronous=self._synchronous)
         with self._readers_lock:
             self._snapshots_held += 1
@@ -407,7 +410,7 @@ class TenantStore:
                                 self._writer.execute("DELETE FROM sqlite_stat4")
                 except apsw.Error as exc:
                     raise translate_sqlite_error(exc, self.path.name) from exc
-                truncate_wal(self._writer, self.path.name)
+                truncate_wal(self._writer, self.path.name, self._read_gate)
                 # The pages Litestream's checkpoints copied into the file as they were (watched).
                 self._scrub_file(self._writer, page_scrub.written_pages(self.path))
                 try:
@@ -555,12 +558,13 @@ class TenantStore:
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
         """One read transaction on a pooled reader connection: a single consistent snapshot."""
-        connection = self._take_reader()
-        try:
-            with self._read_transaction(connection) as txn:
-                yield txn
-        finally:
-            self._return_reader(connection)
+        with self._read_gate.reading():
+            connection = self._take_reader()
+            try:
+                with self._read_transaction(connection) as txn:
+                    yield txn
+            finally:
+                self._return_reader(connection)
 
     @contextmanager
     def _read_transaction(self, connection: apsw.Connection) -> Iterator[ReadTxn]:

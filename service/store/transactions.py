@@ -9,10 +9,16 @@ from typing import TypeVar
 import apsw
 
 from mnemosyne.errors import DataLoss, ResourceExhausted, Unavailable
+from mnemosyne.store.connections import BUSY_TIMEOUT_MS
+from mnemosyne.store.read_gate import ReadGate
 
 T = TypeVar("T")
 # How long emptying a WAL waits for readers of an older snapshot (short by design) to finish.
 WAL_TRUNCATE_TIMEOUT_SECONDS = 10.0
+# How long an erasure's truncation keeps the file's new reads waiting (store/read_gate.py): for
+# the reads under way to end, then for the checkpoint to find no other reader in its way.
+READERS_DRAIN_SECONDS = 1.0
+GATED_CHECKPOINT_SECONDS = 0.25
 
 
 def damaged(path: str, why: str) -> DataLoss:
@@ -75,22 +81,45 @@ def write_transaction(
             connection.pragma("synchronous", synchronous)
 
 
-def truncate_wal(connection: apsw.Connection, name: str) -> None:
+def truncate_wal(connection: apsw.Connection, name: str, readers: ReadGate | None = None) -> None:
     """A TRUNCATE checkpoint on ``connection`` (its owner holds the file's write lock), retried
-    while another checkpoint or a reader of an older snapshot is in the way."""
+    while another checkpoint or a reader of an older snapshot is in the way, up to
+    WAL_TRUNCATE_TIMEOUT_SECONDS (then UNAVAILABLE ERASURE_BUSY).
+
+    With ``readers``, the gate of the file's pooled read transactions (store/read_gate.py), it is
+    tried first with the gate closed, once the reads under way have ended: nothing else reads
+    then but a copy's snapshot or a connection of its own (``read_file``), and SQLite's busy
+    handler, which otherwise looks for a moment without readers between sleeps of up to 100 ms,
+    need not find one among reads that overlap without a pause. A reader still in the way after
+    GATED_CHECKPOINT_SECONDS: the gate opens and the checkpoint waits as it would without one."""
     deadline = time.monotonic() + WAL_TRUNCATE_TIMEOUT_SECONDS
-    while True:
-        try:
-            connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
-            return
-        except apsw.BusyError:
-            if time.monotonic() > deadline:
-                raise Unavailable(
-                    f"the erasure is committed but {name}'s write-ahead log could not be emptied: a reader "
-                    f"kept it for {WAL_TRUNCATE_TIMEOUT_SECONDS:.0f}s; send the call again (a forget, or the same "
-                    "request) to finish it",
-                    reason="ERASURE_BUSY",
-                ) from None
-            time.sleep(0.005)
-        except apsw.Error as exc:
-            raise translate_sqlite_error(exc, name) from exc
+    if readers is not None:
+        with readers.closed(READERS_DRAIN_SECONDS) as drained:
+            if drained and _checkpoint(connection, name, time.monotonic() + GATED_CHECKPOINT_SECONDS):
+                return
+    if not _checkpoint(connection, name, deadline):
+        raise Unavailable(
+            f"the erasure is committed but {name}'s write-ahead log could not be emptied: a reader "
+            f"kept it for {WAL_TRUNCATE_TIMEOUT_SECONDS:.0f}s; send the call again (a forget, or the same "
+            "request) to finish it",
+            reason="ERASURE_BUSY",
+        )
+
+
+def _checkpoint(connection: apsw.Connection, name: str, deadline: float) -> bool:
+    """TRUNCATE checkpoints until one completes (True) or ``deadline`` passes (False), SQLite's
+    busy handler waiting no later than it."""
+    try:
+        while True:
+            connection.set_busy_timeout(max(1, min(BUSY_TIMEOUT_MS, int((deadline - time.monotonic()) * 1000))))
+            try:
+                connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+                return True
+            except apsw.BusyError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.005)
+            except apsw.Error as exc:
+                raise translate_sqlite_error(exc, name) from exc
+    finally:
+        connection.set_busy_timeout(BUSY_TIMEOUT_MS)
