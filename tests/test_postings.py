@@ -281,6 +281,40 @@ def test_a_background_load_idles_and_takes_the_forgets_and_updates_made_during_i
         assert policies == [os.SCHED_IDLE]
 
 
+def test_a_sync_between_a_forget_s_commit_and_its_word_to_the_cache_leaves_it_to_fts5(engine: Engine) -> None:
+    """A forget tells the cache its rows right after its commit (``drop_texts``): a recall in
+    between found the file's epoch ahead and loaded every row again inside its read transaction,
+    which the forget's truncation of the WAL then waited for. It lets FTS5 answer instead, and
+    reloads only a change it was never told."""
+    rng = random.Random(11)
+    queries = _queries(rng)
+    ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(_text(rng, 12)) for _ in range(300)])]
+    cache = _assert_same_as_fts5(engine, queries)
+    with engine.pool.tenant(TENANT, create=False) as store:
+        assert store is not None
+        for told in (True, False):
+            forgotten = ids.pop()
+            with store.write() as write:
+                _, before = write.index_state()
+                assert write.forget_memory(forgotten)
+                _, after = write.index_state()
+            with store.read() as txn:
+                assert cache.sync(txn) is None  # committed, not told yet: FTS5 answers
+            assert cache.reloads == 1
+            if told:
+                postings.drop_texts(store, [forgotten], from_epoch=before, to_epoch=after)
+            else:
+                wait_until(lambda: _synced(store, cache))  # never told: reloaded once it is overdue
+            store.erase_traces()
+            _assert_same_as_fts5(engine, queries)
+            assert cache.reloads == (1 if told else 2)
+
+
+def _synced(store: TenantStore, cache: PostingsCache) -> bool:
+    with store.read() as txn:
+        return cache.sync(txn) is not None
+
+
 def test_a_tenant_whose_memories_are_all_forgotten_matches_nothing(engine: Engine) -> None:
     ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(f"ticket {i} of the day") for i in range(5)])]
     assert engine.recall(TENANT, "ticket", k=3, mode=RecallMode.TEXT).hits

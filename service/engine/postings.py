@@ -32,7 +32,8 @@ Kept in step like the vector cache (engine/index.py), inside each recall's read 
 rows above its high-water mark are tokenized and appended; a forget or a Dedup merge (``drop_texts``)
 marks its rows dead, an update (``replace_text``) marks the old row dead and appends the new text
 under the same memory id, each taking the file's new forget epoch; an epoch it was not told about
-makes it load everything again. Dead rows stay in the postings, masked, until they pass a quarter
+makes it load everything again (after a grace for the word of a change committed a moment ago,
+FTS5 answering meanwhile: ``_told_soon``). Dead rows stay in the postings, masked, until they pass a quarter
 of the rows. More than INLINE_ROWS missing rows (a large tenant's first recall, a bulk import) are
 loaded by a thread of their own, in a read transaction of its own, while FTS5 answers the recalls
 (~10 s of one core at 1M memories); the forgets and updates told meanwhile are applied to the
@@ -85,6 +86,8 @@ TOKENIZE_BATCH = 2_000
 # Missing rows a recall's sync appends itself (~0.2 s); past them a background load brings the
 # tenant in (~10-15 s at 1M rows) while FTS5 answers.
 INLINE_ROWS = 20_000
+# How long a cache behind the file's forget epoch waits to be told the change (``_told_soon``).
+TOLD_WITHIN_SECONDS = 2.0
 _LOADS = threading.Semaphore(1)
 # A block is merged into the one before it from this fraction of its size.
 _MERGE_FRACTION = 4
@@ -173,6 +176,7 @@ class PostingsCache:
         self._tokens = 0
         self.high_water = 0
         self.epoch = -1
+        self._behind_since: float | None = None  # when a sync first found the file's epoch ahead
         self.reloads = 0  # epochs it was not told about, the first one included: each empties it
         self.loads = 0  # background loads of every row (a large tenant's first one included)
 
@@ -186,7 +190,7 @@ class PostingsCache:
         high, epoch = state or txn.index_state()
         with self._lock:
             if epoch != self.epoch:
-                if epoch < self.epoch:
+                if epoch < self.epoch or self._told_soon():
                     return None
                 self._clear()
                 self.epoch = epoch
@@ -199,6 +203,19 @@ class PostingsCache:
                 return None
             self._catch_up(lambda after, limit: txn.fulltext_rows_after(after, high, limit=limit), high)
             return self._view()
+
+    def _told_soon(self) -> bool:
+        """Whether the cache, behind the file's forget epoch, is to be told the change that moved
+        it: a forget or an update tells it right after its commit (``drop``, ``replace``), so a
+        recall in between lets FTS5 answer rather than load every row again inside its read
+        transaction, which an erasure's truncation of the WAL waits for. Still behind after
+        TOLD_WITHIN_SECONDS, it was not told (or a change was applied out of turn): it reloads."""
+        if self.epoch < 0 or not self._count:
+            return False  # nothing held: loading is all there is to do
+        now = time.monotonic()
+        if self._behind_since is None:
+            self._behind_since = now
+        return now - self._behind_since < TOLD_WITHIN_SECONDS
 
     def _catch_up(self, rows_after: Callable[[int, int], list[tuple[int, str]]], high: int) -> None:
         """Append the full-text rows above the high-water mark up to ``high``, LOAD_CHUNK at a
@@ -277,7 +294,7 @@ class PostingsCache:
             if self.epoch != from_epoch:
                 return False
             self._kill(np.asarray(memory_ids, dtype=np.int64))
-            self.epoch = to_epoch
+            self.epoch, self._behind_since = to_epoch, None
             return True
 
     def replace(self, memory_id: int, text: str, *, from_epoch: int, to_epoch: int) -> bool:
@@ -294,10 +311,11 @@ class PostingsCache:
                 if not self._kill(np.array([memory_id], dtype=np.int64)):
                     return False  # a row it should hold and does not: reload
                 self._append([memory_id], [text])
-            self.epoch = to_epoch
+            self.epoch, self._behind_since = to_epoch, None
             return True
 
     def _clear(self) -> None:
+        self._behind_since = None
         self._blocks = ()
         self._count = self._live = self._tokens = 0
         self.high_water = 0
