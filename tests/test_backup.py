@@ -22,7 +22,7 @@ import pytest
 
 from mnemosyne.cli.manifests import BACKUP_MANIFEST_MAX_BYTES
 from mnemosyne.client import ExpiryPolicy, InvalidArgumentError, Memory, MemoryClient, PermissionDeniedError
-from mnemosyne.client.errors import error_info, retry_delay
+from mnemosyne.client.errors import MnemosyneClientError, error_info, retry_delay
 from mnemosyne.client.types import BackupChunk, TenantBackup
 from mnemosyne.store.snapshot import sha256_file
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
@@ -676,6 +676,50 @@ def test_an_erasure_revokes_the_copies_being_sent(
         info = error_info(revoked.value)
         assert revoked.value.code() == grpc.StatusCode.ABORTED and info is not None and info.reason == "COPY_REVOKED"
     _wait_for(lambda: not any(scratch.glob("*")))
+
+
+def test_a_copy_revoked_while_it_is_made_stops_at_its_next_step(
+    server_factory: ServerFactory, tenant: str, tmp_path: Path
+) -> None:
+    """A copy an erasure revoked while it was being made (an export's, its snapshot held) ran on
+    to its last page for no one, and the erasure's truncation of the WAL waited for its snapshot
+    under the tenant's write lock, every write with it (exports back to back beside forgets:
+    forgets of 10-20 s, ending ERASURE_BUSY). It stops at its next step: the forget returns while
+    the copy would be held again at the step after."""
+    hold = tmp_path / "hold-copy"
+    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": f"hold@copy_step={hold}"}).start()
+    words = [uuid.uuid4().hex[:8] for _ in range(300)]
+    secret = f"the vault code is {uuid.uuid4().hex}"
+    with MemoryClient(server.target) as client:
+        for batch in range(12):  # a file of many steps
+            texts = [" ".join(words[(batch * 500 + i + k) % 300] for k in range(300)) for i in range(500)]
+            client.retain_batch(tenant, texts)
+        secret_id = client.retain(tenant, secret).memory_id
+        held = server.stderr_path.read_text(errors="replace").count("held at copy_step")
+        hold.write_text("copy")
+        ended: list[MnemosyneClientError] = []
+
+        def export_all() -> None:
+            try:
+                list(client.export_tenant(tenant))
+            except MnemosyneClientError as exc:
+                ended.append(exc)
+
+        export = threading.Thread(target=export_all)
+        export.start()
+        wait_until(lambda: server.stderr_path.read_text(errors="replace").count("held at copy_step") > held)
+        forget = threading.Thread(target=client.forget, args=(tenant, secret_id))
+        forget.start()
+        time.sleep(1)  # committed, the copy revoked; the truncation waits for the copy's snapshot
+        hold.unlink()
+        time.sleep(0.1)  # the copy goes on from its held step
+        hold.write_text("copy")  # and would be held at the next one
+        forget.join(timeout=5)
+        assert not forget.is_alive(), "the forget waits for a copy that was revoked"
+        hold.unlink()
+        export.join(timeout=30)
+    assert [exc.reason for exc in ended] == ["COPY_REVOKED"]
+    assert texts_left(server.data_dir, [secret]) == {}
 
 
 # -- crafted backup directories: refused in one line, nothing left behind ------------------------

@@ -18,7 +18,7 @@ import shutil
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,9 +210,11 @@ class Backups:
 
     def _copy(self, held: StreamedCopy, known: KnownCopy | None = None) -> TenantCopy | None:
         """``copy`` into the held copy's directory; COPY_REVOKED when an erasure of the tenant
-        revoked it meanwhile (its files deleted under the copy)."""
+        revoked it meanwhile (its files deleted under the copy). A copy revoked while it is made
+        stops at its next step: its snapshot, which the erasure's truncation of the WAL waits for,
+        ends then, not after the rest of a copy no one will read."""
         try:
-            return self.copy(held.tenant, held.directory, known=known)
+            return self.copy(held.tenant, held.directory, known=known, on_step=lambda _left, _all: held.check())
         except Exception:  # a copy whose files were deleted under it fails as it may: said as such
             held.check()
             raise
@@ -223,17 +225,24 @@ class Backups:
         its first file (an import its client left before its first chunk leaves nothing)."""
         return self._scratch / uuid.uuid4().hex
 
-    def copy(self, tenant: str, directory: Path, *, known: KnownCopy | None = None) -> TenantCopy | None:
+    def copy(
+        self,
+        tenant: str,
+        directory: Path,
+        *,
+        known: KnownCopy | None = None,
+        on_step: Callable[[int, int], None] = lambda _left, _all: None,
+    ) -> TenantCopy | None:
         """A consistent copy of the tenant into ``directory`` (a scratch directory of the
         server's): None when ``known`` says the caller has it already. NOT_FOUND when the tenant
-        has no data (erased meanwhile)."""
+        has no data (erased meanwhile). ``on_step``: as ``copy_tenant``'s (store/snapshot.py)."""
         with self._pool.tenant(tenant, create=False) as store:
             if store is None:
                 raise NotFound(f"tenant {tenant} has no data on this server", reason="TENANT_NOT_FOUND")
             if known is not None and _held_already(change_marks(store), known):
                 return None
             directory.mkdir(parents=True, exist_ok=True)
-            facts, has_inbox = copy_tenant(store, directory / DATABASE_FILE, directory / INBOX_FILE)
+            facts, has_inbox = copy_tenant(store, directory / DATABASE_FILE, directory / INBOX_FILE, on_step=on_step)
         names = [DATABASE_FILE, INBOX_FILE] if has_inbox else [DATABASE_FILE]
         files = [CopiedFile(n, (directory / n).stat().st_size, sha256_file(directory / n)) for n in names]
         return TenantCopy(tenant, facts, files)
