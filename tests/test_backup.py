@@ -22,9 +22,13 @@ import pytest
 
 from mnemosyne.cli.manifests import BACKUP_MANIFEST_MAX_BYTES
 from mnemosyne.client import ExpiryPolicy, InvalidArgumentError, Memory, MemoryClient, PermissionDeniedError
-from mnemosyne.client.errors import MnemosyneClientError, error_info, retry_delay
+from mnemosyne.client.errors import error_info, retry_delay
 from mnemosyne.client.types import BackupChunk, TenantBackup
+from mnemosyne.engine.engine import Engine
+from mnemosyne.engine.types import RetainItem
+from mnemosyne.errors import Conflict
 from mnemosyne.store.snapshot import sha256_file
+from mnemosyne.store.tenant_store import TenantStore
 from mnemosyne.v1 import admin_pb2, admin_pb2_grpc
 from tests.cli_session import cli_session
 from tests.support import (
@@ -679,47 +683,40 @@ def test_an_erasure_revokes_the_copies_being_sent(
 
 
 def test_a_copy_revoked_while_it_is_made_stops_at_its_next_step(
-    server_factory: ServerFactory, tenant: str, tmp_path: Path
+    engine: Engine, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A copy an erasure revoked while it was being made (an export's, its snapshot held) ran on
     to its last page for no one, and the erasure's truncation of the WAL waited for its snapshot
     under the tenant's write lock, every write with it (exports back to back beside forgets:
-    forgets of 10-20 s, ending ERASURE_BUSY). It stops at its next step: the forget returns while
-    the copy would be held again at the step after."""
-    hold = tmp_path / "hold-copy"
-    server = server_factory(env={"MNEMOSYNE_TEST_FAULTS": f"hold@copy_step={hold}"}).start()
+    forgets of 10-20 s, ending ERASURE_BUSY). It stops at the step after its revocation."""
     words = [uuid.uuid4().hex[:8] for _ in range(300)]
+    for batch in range(4):  # a file of many steps
+        engine.retain_batch(tenant, [RetainItem(" ".join(_words(words, batch * 500 + i))) for i in range(500)])
     secret = f"the vault code is {uuid.uuid4().hex}"
-    with MemoryClient(server.target) as client:
-        for batch in range(12):  # a file of many steps
-            texts = [" ".join(words[(batch * 500 + i + k) % 300] for k in range(300)) for i in range(500)]
-            client.retain_batch(tenant, texts)
-        secret_id = client.retain(tenant, secret).memory_id
-        held = server.stderr_path.read_text(errors="replace").count("held at copy_step")
-        hold.write_text("copy")
-        ended: list[MnemosyneClientError] = []
+    secret_id = engine.retain(tenant, RetainItem(secret)).memory_id
+    steps: list[str] = []
+    forgotten: list[bool] = []
+    forget = threading.Thread(target=lambda: forgotten.append(engine.memories.forget(tenant, secret_id)))
+    scratch = engine.pool.data_dir / ".backup-scratch"
 
-        def export_all() -> None:
-            try:
-                list(client.export_tenant(tenant))
-            except MnemosyneClientError as exc:
-                ended.append(exc)
+    def seam(store: TenantStore, name: str) -> None:
+        steps.append(name)
+        if steps.count("copy_step") == 1:  # the forget commits and revokes the copy, then waits for it
+            forget.start()
+            wait_until(lambda: not any(scratch.glob("*/database")))
 
-        export = threading.Thread(target=export_all)
-        export.start()
-        wait_until(lambda: server.stderr_path.read_text(errors="replace").count("held at copy_step") > held)
-        forget = threading.Thread(target=client.forget, args=(tenant, secret_id))
-        forget.start()
-        time.sleep(1)  # committed, the copy revoked; the truncation waits for the copy's snapshot
-        hold.unlink()
-        time.sleep(0.1)  # the copy goes on from its held step
-        hold.write_text("copy")  # and would be held at the next one
-        forget.join(timeout=5)
-        assert not forget.is_alive(), "the forget waits for a copy that was revoked"
-        hold.unlink()
-        export.join(timeout=30)
-    assert [exc.reason for exc in ended] == ["COPY_REVOKED"]
-    assert texts_left(server.data_dir, [secret]) == {}
+    monkeypatch.setattr(TenantStore, "seam", seam)
+    with pytest.raises(Conflict) as revoked:
+        list(engine.backups.export(tenant))
+    forget.join(timeout=30)
+    assert revoked.value.reason == "COPY_REVOKED" and forgotten == [True]
+    assert steps == ["copy_step"], f"the copy went on {len(steps) - 1} steps after its revocation"
+    assert texts_left(engine.pool.data_dir, [secret]) == {}
+
+
+def _words(words: list[str], start: int) -> list[str]:
+    """300 of ``words`` from ``start`` on: a long text, another for each start."""
+    return [words[(start + k * 7) % len(words)] for k in range(300)]
 
 
 # -- crafted backup directories: refused in one line, nothing left behind ------------------------
