@@ -3,8 +3,8 @@
 A TRUNCATE checkpoint (store/transactions.py ``truncate_wal``) can only cut the WAL once no
 reader uses it, and SQLite's busy handler looks for that moment between sleeps growing to 100 ms:
 under recalls that overlap without a pause it rarely finds one, and it waits holding the
-tenant's write lock, so every write of the tenant waits with it (a second and more under a few
-busy clients). Closed, the gate lets no new read transaction of the store's pool begin; the
+tenant's write lock, so every write of the tenant waits with it. Closed, the gate lets no new
+read transaction of the store's pool begin (nor a copy's snapshot: ``wait_open``); the
 truncation waits only for those already under way, then runs with no reader in its way, and
 the gate opens again. A read that finds it closed waits for it (the length of the truncation).
 
