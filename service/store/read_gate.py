@@ -9,13 +9,16 @@ truncation waits only for those already under way, then runs with no reader in i
 the gate opens again. A read that finds it closed waits for it (the length of the truncation).
 
 A thread already inside a read transaction goes through a closed gate (a read nested in another
-must not wait for a truncation that waits for the outer one). The gate stays closed at most the
+must not wait for a truncation that waits for the outer one), and so does a read on the server's
+event loop (a lone short read runs there, transport/admission.py): waiting, it would hold up every
+tenant's calls; the truncation waits for it as for a read under way. The gate stays closed at most the
 time its closer gives: should a reader inside wait for something held by a reader at the gate, the
 gate opens then and the truncation waits for readers as SQLite does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,10 +34,10 @@ class ReadGate:
     @contextmanager
     def reading(self) -> Iterator[None]:
         """Around one read transaction: waits while the gate is closed, unless this thread is
-        already inside one."""
+        already inside one or runs an event loop."""
         depth: int = getattr(self._depth, "n", 0)
         with self._changed:
-            if not depth:
+            if not depth and asyncio.events._get_running_loop() is None:  # not on an event loop
                 self._changed.wait_for(lambda: not self._closed)
             self._inside += 1
         self._depth.n = depth + 1
