@@ -31,24 +31,26 @@ class ReadGate:
         self._closed = False
         self._depth = threading.local()  # this thread's read transactions under way
 
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        """Around one read transaction: waits while the gate is closed, unless this thread is
-        already inside one or runs an event loop."""
+    def reading(self) -> ReadGate:
+        """Around one read transaction (``with gate.reading():``): waits while the gate is closed,
+        unless this thread is already inside one or runs an event loop. The gate is its own
+        context manager: no generator made per read."""
+        return self
+
+    def __enter__(self) -> None:
         depth: int = getattr(self._depth, "n", 0)
         with self._changed:
             if not depth and asyncio.events._get_running_loop() is None:  # not on an event loop
                 self._changed.wait_for(lambda: not self._closed)
             self._inside += 1
         self._depth.n = depth + 1
-        try:
-            yield
-        finally:
-            self._depth.n = depth
-            with self._changed:
-                self._inside -= 1
-                if self._closed:
-                    self._changed.notify_all()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._depth.n -= 1
+        with self._changed:
+            self._inside -= 1
+            if self._closed:
+                self._changed.notify_all()
 
     def wait_open(self) -> None:
         """Wait while the gate is closed, for a read it does not count: a copy's snapshot, held
