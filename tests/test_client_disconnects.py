@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -166,6 +167,45 @@ def test_an_mcp_body_above_the_request_limit_is_refused_unread(http_server: Serv
             answer += chunk  # the head and the body may come in two reads
     assert answer.startswith(b"HTTP/1.1 413 ") and b"REQUEST_TOO_LARGE" in answer, answer[:300]
     _no_server_error(http_server)
+
+
+# (method, path, status, reason) of requests refused before their body is read, the body over
+# twice the request limit of ``small_limit_server`` (``--max-request-bytes 65536``).
+REFUSED_UNREAD = [
+    ("POST", "/v1/tenants/big/memories", 413, "REQUEST_TOO_LARGE"),
+    ("POST", "/v3/memories/add/", 413, "REQUEST_TOO_LARGE"),
+    ("POST", "/mcp?tenant=big", 413, "REQUEST_TOO_LARGE"),
+    ("PUT", "/v1/tenants/big/memories", 405, "METHOD_NOT_ALLOWED"),
+    ("POST", "/v1/tenants/big/nothing", 404, "ROUTE_NOT_FOUND"),
+    ("POST", "/mcp", 400, "TENANT_INVALID"),
+]
+
+
+@pytest.fixture(scope="module")
+def small_limit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from module_server(tmp_path_factory, "small-limit", http=True, args=["--max-request-bytes", "65536"])
+
+
+@pytest.mark.parametrize(("verb", "path", "status", "reason"), REFUSED_UNREAD)
+def test_a_request_refused_before_its_body_is_read_gets_its_answer_with_connection_close(
+    small_limit_server: ServerProcess, verb: str, path: str, status: int, reason: str
+) -> None:
+    """A client that asks for the connection to be closed (urllib's ``Connection: close``) and sends
+    a body the server refuses unread got 'Connection reset by peer' instead of the refusal: uvicorn
+    closed the connection as soon as the answer was written, with the body still coming. Now the
+    body is read and dropped after the answer, and the client gets it."""
+    body = b'{"text": "' + b"a" * (4 << 20) + b'"}'
+    request = urllib.request.Request(
+        small_limit_server.http_url + path,
+        data=body,
+        method=verb,
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == status, refused.value.read()[:300]
+    assert json.loads(refused.value.read())["details"][0]["reason"] == reason
+    _no_server_error(small_limit_server)
 
 
 def test_a_connection_that_sends_no_whole_request_head_is_closed_and_others_are_served() -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import httptools
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from mnemosyne.errors import InvalidArgument, MnemosyneError, Unavailable
 from mnemosyne.observability.counted_log import CountedLog
@@ -218,6 +218,22 @@ def _head_too_large() -> InvalidArgument:
     )
 
 
+class _CycleTransport:
+    """The connection as one request's cycle sees it: uvicorn closes it as soon as the answer is
+    written when the client asked so (``Connection: close``, HTTP/1.0), its body still coming or
+    not; the close goes to the protocol (``_close_after_answer``), which reads what is left first."""
+
+    def __init__(self, protocol: _HeadTimedProtocol, cycle: RequestResponseCycle) -> None:
+        self._protocol = protocol
+        self._cycle = cycle
+
+    def close(self) -> None:
+        self._protocol._close_after_answer(self._cycle)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._protocol.transport, name)
+
+
 class _HeadTimedProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (httptools), closing a connection that does not send a whole
     request head within ``head_seconds`` (``HEAD_SECONDS``) or within ``HEAD_BYTES``, and
@@ -242,6 +258,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     _refused = False  # answered with an error: nothing more is read as a request
     _head_over = False  # a whole head over HEAD_BYTES came in one read: refused 431
     _deferred: tuple[int, InvalidArgument] | None = None  # a refusal that waits for the answer in flight
+    _closing = False  # answered with the body still coming: read and dropped until it closes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
@@ -334,6 +351,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         if authority is not None:  # uvicorn keeps only the target's path: the guard checks this host
             self.scope[TARGET_HOST] = authority  # type: ignore[literal-required]  # a key of our own
         super().on_headers_complete()
+        self.cycle.transport = _CycleTransport(self, self.cycle)  # type: ignore[assignment]  # what it calls is there
         self._body_seen = self._body_begun = self.loop.time()
         self._body_bytes = 0
         self._await_body(self.body_pause_seconds)  # stopped at once by on_message_complete when there is none
@@ -386,7 +404,25 @@ class _HeadTimedProtocol(HttpToolsProtocol):
             ),
         )
 
+    def _close_after_answer(self, cycle: RequestResponseCycle) -> None:
+        """Close the connection once ``cycle``'s answer is written. A body still coming (refused
+        unread: too large, a route or a method that takes none, a tenant refused) is read and dropped
+        for REFUSED_READ_SECONDS more, or until its client closes, its sending side closed at once:
+        closed with unread bytes, the connection was reset, and a client still sending its body lost
+        the answer (urllib's 413 for a body over the limit was 'Connection reset by peer')."""
+        transport = self.transport
+        if not cycle.more_body or cycle.disconnected or transport.is_closing() or not transport.can_write_eof():
+            transport.close()
+            return
+        self._closing = self._refused = True  # nothing more is read as a request
+        self._stop_waiting_for_body()
+        self.flow.resume_reading()
+        transport.write_eof()
+        self.loop.call_later(REFUSED_READ_SECONDS, transport.close)
+
     def on_response_complete(self) -> None:
+        if self._closing:  # no request after this one: the connection is closing
+            return
         super().on_response_complete()
         if self._deferred is not None:  # the request before unreadable bytes is answered: now the refusal
             deferred, self._deferred = self._deferred, None
