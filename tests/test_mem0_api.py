@@ -531,6 +531,25 @@ def test_what_mem0_has_and_we_do_not_is_a_501_naming_it(
     assert names in reply.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    ("path", "filters", "named"),
+    [
+        ("/v3/memories/search/", {"usr_id": "a"}, "'usr_id' is no field a filter takes"),
+        ("/v3/memories/", {"AND": [{"user_id": "a"}, {"$where": "1"}]}, "'$where' is no field a filter takes"),
+        ("/v3/memories/", {"user_id": {"$weird": 1}}, "'$weird' on user_id is no filter operator"),
+        ("/v3/memories/search/", {"agent_id": {"in": ["a"], "like": "b"}}, "'like' on agent_id is no filter operator"),
+    ],
+)
+def test_a_filter_field_or_operator_mem0_does_not_have_is_a_400_naming_it(
+    server: ServerProcess, path: str, filters: dict[str, Any], named: str
+) -> None:
+    """Only what mem0 has is 'not served' (501): a misspelt field or an operator of no filter
+    language was answered 501 MEM0_UNSUPPORTED too, a server error for the caller's mistake."""
+    reply = _send(server, "POST", path, {"query": "q", "filters": filters})
+    assert (reply.status, reply.reason) == (400, "MEM0_REQUEST_INVALID"), reply.body[:400]
+    assert named in reply.json()["detail"], reply.json()["detail"]
+
+
 def test_a_refusal_for_load_carries_retry_after(tmp_path: Path) -> None:
     parked = tmp_path / "park"
     parked.touch()

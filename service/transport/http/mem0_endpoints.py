@@ -48,6 +48,10 @@ EVENT_STATUS |= {"succeeded": events_pb2.SUCCEEDED, "failed": events_pb2.FAILED}
 # The event id of a synchronous add: a prefix ("s." stored, "d." a duplicate of a stored memory)
 # and the receipt of the memory, signed with the tenant's secret.
 RECEIPT_PREFIXES = {"s.": "ADD", "d.": "NONE"}
+# What mem0's filters have beside entity ids and metadata, which Mnemosyne does not serve (501);
+# any other name is a mistake (400).
+MEM0_OTHER_FILTER_FIELDS = frozenset({"created_at", "updated_at", "categories", "keywords", "memory_ids"})
+MEM0_FILTER_OPERATORS = frozenset({"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains"})
 _MEMORY_ID = re.compile(r"[1-9][0-9]{0,17}")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 # A revision's kind as mem0's history names its event.
@@ -172,8 +176,9 @@ def _entities(document: Mapping[str, Any]) -> dict[str, str]:
 
 def _filters(value: Any) -> dict[str, str]:
     """mem0's ``filters`` as exact metadata pairs: entity ids and ``metadata`` (an object), at the
-    top level or as the terms of one ``AND``. Operators (OR, NOT, in, gte, icontains ...) and
-    other fields (created_at, categories ...) are not served: 501."""
+    top level or as the terms of one ``AND``. mem0's operators (OR, NOT, in, gte, icontains ...)
+    and its other fields (created_at, categories ...) are not served: 501; a field or operator
+    mem0 does not have either is the request's mistake: 400."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -201,13 +206,29 @@ def _filters(value: Any) -> dict[str, str]:
             if isinstance(term, dict) and not term:
                 raise bad(f"filters: {key} is an empty object; give the id as a string")
             if isinstance(term, dict):
+                _known_operators(key, term)
                 raise unsupported(f"filters: operators on {key} ({', '.join(map(str, term))[:80]}) are not supported")
             pairs.update(_entities({key: term}))
-        else:
+        elif key in MEM0_OTHER_FILTER_FIELDS:
             raise unsupported(
                 f"filters: {key[:80]!r} is not supported here (user_id, agent_id, app_id, run_id, metadata)"
             )
+        else:
+            raise bad(
+                f"filters: {key[:80]!r} is no field a filter takes; filter by user_id, agent_id, app_id, run_id "
+                "or metadata (joined by AND)"
+            )
     return pairs
+
+
+def _known_operators(key: str, term: Mapping[str, Any]) -> None:
+    """Refuse (400) an operator mem0 does not have: only mem0's own are 'not supported'."""
+    unknown = [str(name) for name in term if name not in MEM0_FILTER_OPERATORS]
+    if unknown:
+        raise bad(
+            f"filters: {unknown[0][:80]!r} on {key} is no filter operator; give the {key} as a string "
+            f'(e.g. {{"{key}": "..."}})'
+        )
 
 
 def _filters_of(body: Mapping[str, Any], route: str) -> dict[str, str]:
