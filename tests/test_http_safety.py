@@ -71,6 +71,9 @@ RETAIN = {"text": "the launch code is 0000"}
         ({"content-type": "text/plain"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
         ({"content-type": "application/x-www-form-urlencoded"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
         ({"content-type": "multipart/form-data; boundary=x"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
+        # JSON is UTF-8: a body said to be latin-1 was read as UTF-8, as other characters than meant.
+        ({"content-type": "application/json; charset=latin-1"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
+        ({"content-type": 'application/json; charset="utf-16"'}, 415, "CONTENT_TYPE_UNSUPPORTED"),
         # A coding was never read: a gzip body was "not UTF-8", a plain one labelled br was stored.
         ({"content-encoding": "br"}, 415, "CONTENT_ENCODING_UNSUPPORTED"),
         ({"content-encoding": "gzip"}, 415, "CONTENT_ENCODING_UNSUPPORTED"),
@@ -93,6 +96,18 @@ def test_a_foreign_host_or_origin_or_a_non_json_write_is_refused_and_writes_noth
     )
     assert own.status == 200 and "access-control-allow-origin" not in own.headers
     assert _memories(api, tenant) == 1
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=UTF-8", 'application/json;charset="utf8"'])
+def test_a_json_body_said_to_be_utf8_is_taken(api: ServerProcess, tenant: str, content_type: str) -> None:
+    reply = request(
+        api.http_port,
+        "POST",
+        f"/v1/tenants/{tenant}/memories",
+        json.dumps(RETAIN).encode(),
+        {"content-type": content_type},
+    )
+    assert reply.status == 200, reply.body[:300]
 
 
 def _raw_exchange(port: int, head: str, body: bytes = b"") -> tuple[int, str]:

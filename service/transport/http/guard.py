@@ -14,7 +14,8 @@ Every request, on every route, before anything else runs:
    else 403 ORIGIN_FORBIDDEN (a tool without a browser sends none);
 3. a request with a body that may change state (POST, PUT, PATCH) must say
    ``Content-Type: application/json``, else 415 CONTENT_TYPE_UNSUPPORTED — a cross-site form or
-   ``text/plain`` request cannot, without a CORS preflight that step 2 refuses;
+   ``text/plain`` request cannot, without a CORS preflight that step 2 refuses; a ``charset``
+   other than UTF-8 is refused the same way (JSON is read as UTF-8 only);
 4. a request whose ``Content-Encoding`` is other than ``identity`` is 415
    CONTENT_ENCODING_UNSUPPORTED: no coding is read (a gzip body was "not UTF-8").
 
@@ -222,10 +223,20 @@ class Guard:
 
 def _unreadable_body(method: str, headers: Headers) -> InvalidArgument | None:
     """Why a request's body is not one this port reads (step 3 and 4), or None."""
-    media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    media_type, _, parameters = headers.get("content-type", "").partition(";")
+    media_type = media_type.strip().lower()
     if method in _BODY_METHODS and media_type != "application/json":
         return InvalidArgument(
             f"a {method[:16]} request must have Content-Type: application/json (this one has {media_type[:60]!r})",
+            reason="CONTENT_TYPE_UNSUPPORTED",
+        )
+    charset = _charset(parameters)
+    if method in _BODY_METHODS and charset not in (None, "utf-8", "utf8"):
+        # JSON is UTF-8 (RFC 8259 §8.1): a body said to be latin-1 was read as UTF-8, its bytes
+        # taken for other characters than the client meant, or refused as "not UTF-8".
+        return InvalidArgument(
+            f"the body's charset is {charset[:40]!r}: JSON is read as UTF-8 only; encode the body as UTF-8 "
+            "and send Content-Type: application/json (or charset=utf-8)",
             reason="CONTENT_TYPE_UNSUPPORTED",
         )
     coding = headers.get("content-encoding", "identity").strip().lower()
@@ -235,6 +246,15 @@ def _unreadable_body(method: str, headers: Headers) -> InvalidArgument | None:
             "send the body uncompressed, without Content-Encoding",
             reason="CONTENT_ENCODING_UNSUPPORTED",
         )
+    return None
+
+
+def _charset(parameters: str) -> str | None:
+    """The ``charset`` parameter of a media type's ``parameters`` (lower case, unquoted), or None."""
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"').lower()
     return None
 
 
