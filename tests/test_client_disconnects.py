@@ -208,6 +208,36 @@ def test_a_request_refused_before_its_body_is_read_gets_its_answer_with_connecti
     _no_server_error(small_limit_server)
 
 
+@pytest.mark.parametrize(
+    ("head", "body"),
+    [
+        # Kept alive, a body over 64 KiB to a route that takes another method: what came of it
+        # after the 405 was counted as the next request's head, which was refused 431.
+        ("PUT /v1/tenants/big/memories", b'{"text": "' + b"a" * (1 << 20) + b'"}'),
+        # The body held back for a 100 Continue the refusal never sent: the next request's bytes
+        # were read as it, and refused 400 as no HTTP.
+        ("POST /v1/tenants/big/nothing", None),
+    ],
+)
+def test_a_kept_alive_request_answered_before_its_body_never_garbles_the_next(
+    small_limit_server: ServerProcess, head: str, body: bytes | None
+) -> None:
+    """A request answered before its body was whole ends its connection once answered (the rest of
+    the body read and dropped): the next request on it was answered with a refusal of its own."""
+    port = small_limit_server.http_port
+    framing = "Expect: 100-continue\r\nContent-Length: 12\r\n" if body is None else f"Content-Length: {len(body)}\r\n"
+    first = f"{head} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n{framing}\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(first.encode() + (body or b""))
+        answer = connection.recv(65536)
+        with contextlib.suppress(OSError):  # written after the connection ended: refused or not
+            connection.sendall(f"GET /v1/ping HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        while chunk := connection.recv(65536):
+            answer += chunk
+    assert answer.count(b"HTTP/1.1 ") == 1 and answer.startswith((b"HTTP/1.1 405 ", b"HTTP/1.1 404 ")), answer[:600]
+    _no_server_error(small_limit_server)
+
+
 def test_a_connection_that_sends_no_whole_request_head_is_closed_and_others_are_served() -> None:
     """uvicorn times a connection out only while it idles after a response: the HTTP port closes
     one that sends no whole request head within its head time (here 0.5 s; HEAD_SECONDS), from

@@ -423,6 +423,13 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         if self._closing:  # no request after this one: the connection is closing
             return
+        cycle = self.cycle
+        if cycle is not None and cycle.more_body and not cycle.disconnected and not self.transport.is_closing():
+            # Answered before its body was whole: what still comes of it was counted as the next
+            # request's head (a body over 64 KiB made the next request a 431), and a body the client
+            # held back for a 100 Continue never sent was read from the next request's bytes (400).
+            self._close_after_answer(cycle)
+            return
         super().on_response_complete()
         if self._deferred is not None:  # the request before unreadable bytes is answered: now the refusal
             deferred, self._deferred = self._deferred, None
