@@ -243,7 +243,8 @@ def test_out_of_descriptors_the_server_closes_idle_tenants_and_every_call_succee
     full: idle tenants are closed and the open tried again, for first writes, reopened tenants,
     readers and hot-path inboxes alike."""
     limit = 192  # an open-tenant cache of (192 - 128) // 8 = 8 tenants
-    server: ServerProcess = server_factory(open_files=(limit, limit)).start()
+    # Connections past the default's quarter of the limit (48), as an operator may allow.
+    server: ServerProcess = server_factory(open_files=(limit, limit), args=["--grpc-max-connections", "1000"]).start()
     pid = server.pid
 
     def free() -> int:

@@ -38,10 +38,9 @@ class ServerConfig:
     # The HTTP/JSON API (transport/http/json_api.py).
     # Each holds a file descriptor, from its accept, its handshake included.
     grpc_max_connections: int = option(
-        4096,
-        "connections the gRPC port holds open, at most a quarter of the open-file limit; "
+        0,
+        "connections the gRPC port holds open (0: 4096, or a quarter of the open-file limit if less); "
         "past them a new one is closed at once (its client sees UNAVAILABLE and tries again)",
-        minimum=1,
     )
     http_port: int = option(8080, "port of the HTTP/JSON API and /openapi.json (0 = off)", maximum=MAX_PORT)
     http_host: str | None = option(None, "address of the HTTP port", unset="the gRPC --host")

@@ -70,10 +70,12 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 # export, a held write) to answer SHUTTING_DOWN before the server stops.
 ANSWER_SECONDS = 0.5
 HANDSHAKE_MS = 10_000
+# The gRPC port's connections when --grpc-max-connections is 0 (at most a quarter of the open-file limit).
+GRPC_CONNECTIONS = 4096
 
 
 def server_options(
-    max_request_bytes: int, admission: AdmissionLimits, max_connections: int = ServerConfig.grpc_max_connections
+    max_request_bytes: int, admission: AdmissionLimits, max_connections: int = GRPC_CONNECTIONS
 ) -> list[tuple[str, int]]:
     """The grpc.aio server's channel options (also the bare server's in bench/serving.py)."""
     return [
@@ -294,7 +296,7 @@ async def start_server(
             options=server_options(
                 config.engine.limits.max_request_bytes,
                 config.admission,
-                connection_budget(config.grpc_max_connections, "gRPC"),
+                _connections(config),
             )
         )
         running = RunningServer(
@@ -330,6 +332,15 @@ async def start_server(
         raise
     _log_listening(config, running, tls=credentials is not None)
     return running
+
+
+def _connections(config: ServerConfig) -> int:
+    """--grpc-max-connections as given (the operator's choice), or by default GRPC_CONNECTIONS
+    within a quarter of the open-file limit (logged)."""
+    if config.grpc_max_connections:
+        log.info("gRPC port: at most %d connections open (--grpc-max-connections)", config.grpc_max_connections)
+        return config.grpc_max_connections
+    return connection_budget(GRPC_CONNECTIONS, "gRPC")
 
 
 def _check_ports(config: ServerConfig) -> None:
