@@ -278,10 +278,9 @@ def test_connections_that_never_finish_their_handshake_are_closed_and_others_are
 def test_past_its_most_connections_the_grpc_port_closes_a_new_one_and_frees_a_place_as_one_closes(
     server_factory,
 ) -> None:
-    """Each connection holds a descriptor from its accept: past ``--grpc-max-connections`` (here 3;
-    those still in their handshake count) gRPC core closes a new one at once, and its client's call
-    fails UNAVAILABLE (retried by the clients), while the connections open are served; a place frees
-    as one closes."""
+    """Each connection holds a descriptor from its accept: past ``--grpc-max-connections`` (here 3)
+    gRPC core closes a new one at once, and its client's call fails UNAVAILABLE (retried by the
+    clients), while the connections open are served; a place frees as one closes."""
     server: ServerProcess = server_factory(args=["--grpc-max-connections", "3"]).start()
     assert "gRPC port: at most 3 connections open" in server.stderr_path.read_text()
     held = [MemoryClient(server.target, timeout=5, retries=0) for _ in range(3)]
@@ -294,11 +293,6 @@ def test_past_its_most_connections_the_grpc_port_closes_a_new_one_and_frees_a_pl
         held.pop().close()
         with MemoryClient(server.target, timeout=5, retries=5) as admitted:
             assert admitted.recall("t", "memory 2", k=1)[0].memory.text == "memory 2"
-        host, port = server.target.rsplit(":", 1)
-        silent = socket.create_connection((host, int(port)))  # the third place, its handshake never begun
-        with MemoryClient(server.target, timeout=5, retries=0) as refused, pytest.raises(UnavailableError):
-            refused.recall("t", "memory", k=1)  # connections that never finish their handshake count too
-        silent.close()
     finally:
         for client in held:
             client.close()

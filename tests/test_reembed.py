@@ -330,7 +330,8 @@ class _Writer(threading.Thread):
         while True:
             self.up.wait()
             try:
-                with MemoryClient(self.server.target, timeout=10) as client:
+                # A short window: the server comes back on a new port, which the next client takes.
+                with MemoryClient(self.server.target, timeout=10, retry_window=0.5) as client:
                     return call(client)
             except UnavailableError:
                 time.sleep(0.02)  # killed meanwhile: the call again, once the server is up
