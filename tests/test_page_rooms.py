@@ -14,6 +14,7 @@ import apsw
 import pytest
 
 from mnemosyne.client import MemoryClient, RetainItem, ThreadRef
+from mnemosyne.client.types import BackupChunk
 from mnemosyne.store.bookkeeping import PAGES_SCRUBBED_META
 from mnemosyne.store.page_scrub import VFS_NAME, scrub_file, scrub_page, unwatch, watch, written_pages
 from tests.replica_support import ObjectStorage
@@ -82,6 +83,30 @@ def test_a_forget_leaves_no_room_holding_bytes_and_later_writes_bring_none_back(
         kept = client.recall(tenant, "entry 6", k=3)
         assert any(h.memory.id == ids[6] for h in kept)
         assert client.verify_integrity(tenant).valid
+
+
+def test_an_export_s_copy_has_no_room_holding_bytes_though_its_pages_came_from_the_wal(
+    server_factory: ServerFactory, tenant: str, tmp_path: Path
+) -> None:
+    """An export copies the newest version of each page, the WAL's frames too, which hold what
+    their splits left (a WAL is not scrubbed): the copy's rooms are cleared before it is sent."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client:
+        _threaded(client, tenant, range(MEMORIES))
+        wal = Path(f"{server.tenant_file(tenant)}-wal")
+        assert wal.exists() and wal.stat().st_size > 0, "the pages the test is about are in the WAL"
+        copy = tmp_path / "export.sqlite"
+        with copy.open("wb") as out:
+            for part in client.export_tenant(tenant):
+                if isinstance(part, BackupChunk) and part.file == "database":
+                    out.write(part.data)
+    assert rooms_holding_bytes(copy) == []
+    connection = apsw.Connection(str(copy), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert connection.execute("SELECT count(*) FROM memories").get == MEMORIES
+    finally:
+        connection.close()
 
 
 def test_a_file_of_an_older_version_has_its_rooms_cleared_once_as_it_opens(

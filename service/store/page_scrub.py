@@ -188,10 +188,11 @@ def written_pages(database: Path) -> set[int] | None:
     return _watched.take(os.path.realpath(database))
 
 
-def scrub_file(path: Path, pages: set[int] | None = None) -> int:
+def scrub_file(path: Path, pages: set[int] | None = None, *, sync: bool = True) -> int:
     """Zero the unused room of ``pages`` (page numbers from 1; None: every page) of a database file
-    whose WAL is empty, in place, and sync it. The file's owner holds its write lock; readers may
-    read meanwhile. Returns how many pages were rewritten."""
+    whose WAL is empty, in place, and sync it (unless ``sync`` is False: a scratch copy). The
+    file's owner holds its write lock; readers may read meanwhile. Returns how many pages were
+    rewritten."""
     fd = os.open(path, os.O_RDWR)
     try:
         header = os.pread(fd, _DATABASE_HEADER, 0)
@@ -214,7 +215,7 @@ def scrub_file(path: Path, pages: set[int] | None = None) -> int:
                 if scrubbed is not None:
                     os.pwrite(fd, scrubbed, (number - 1) * page_size)
                     rewritten += 1
-        if rewritten:
+        if rewritten and sync:
             os.fsync(fd)
         return rewritten
     finally:

@@ -24,6 +24,7 @@ import apsw
 from mnemosyne.errors import DataLoss, MnemosyneError
 from mnemosyne.store.connections import open_copy
 from mnemosyne.store.inbox import read_ops
+from mnemosyne.store.page_scrub import BASE_VFS, scrub_file
 from mnemosyne.store.schema import SCHEMA_VERSION
 from mnemosyne.store.tenant_file import unmade_objects
 from mnemosyne.store.tenant_store import TenantStore, read_file
@@ -106,8 +107,16 @@ def copy_tenant(
             last_event_id=max(txn.oplog_highest_event_id(), inbox_sequence),
             generations=txn.scope_generations(),
         )
-        target = apsw.Connection(str(database))
+        # Written without the scrubbing layer (store/page_scrub.py), which would take the
+        # interpreter lock for every page: beside busy threads each page waited its turn and a
+        # copy took seconds, the erasure's truncation of the WAL waiting for its snapshot. The
+        # copy is scrubbed whole once written, before its snapshot ends: a WAL frame's unused room
+        # (a WAL is not scrubbed) never outlives in the copy an erasure that waited for it.
+        target = apsw.Connection(str(database), vfs=BASE_VFS)
         try:
+            # A scratch copy (emptied at start-up) needs no journal and no sync to survive a crash.
+            target.pragma("journal_mode", "off")
+            target.pragma("synchronous", "off")
             with target.backup("main", txn.connection, "main") as backup:
                 while not backup.done:
                     backup.step(pages_per_step)
@@ -117,6 +126,7 @@ def copy_tenant(
             raise translate_sqlite_error(exc, database.name) from exc
         finally:
             target.close()
+        scrub_file(database, sync=False)
     return facts, inbox is not None
 
 
