@@ -24,6 +24,7 @@ from mnemosyne.cli.manifests import BACKUP_MANIFEST_MAX_BYTES
 from mnemosyne.client import ExpiryPolicy, InvalidArgumentError, Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.client.errors import error_info, retry_delay
 from mnemosyne.client.types import BackupChunk, TenantBackup
+from mnemosyne.engine.backup import FileChunk
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.types import RetainItem
 from mnemosyne.errors import Conflict
@@ -712,6 +713,57 @@ def test_a_copy_revoked_while_it_is_made_stops_at_its_next_step(
     assert revoked.value.reason == "COPY_REVOKED" and forgotten == [True]
     assert steps == ["copy_step"], f"the copy went on {len(steps) - 1} steps after its revocation"
     assert texts_left(engine.pool.data_dir, [secret]) == {}
+
+
+def test_no_copy_begins_while_an_erasure_empties_the_wal(
+    engine: Engine, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy begun after an erasure revoked the copies being sent holds nothing erased, but its
+    snapshot held up the erasure's truncation of the WAL for as long as the copy took, and exports
+    back to back kept a forget waiting up to its bound (forgets of 4-15 s beside two exporters).
+    None begins before the truncation is done; it runs after it, whole."""
+    engine.retain_batch(tenant, [RetainItem(f"memory number {i}") for i in range(200)])
+    secret = f"the vault code is {uuid.uuid4().hex}"
+    secret_id = engine.retain(tenant, RetainItem(secret)).memory_id
+    erasing = threading.Event()
+    copy_begun = threading.Event()
+    steps_while_erasing: list[bool] = []
+    parts: list[Any] = []
+    exporter = threading.Thread(target=lambda: parts.extend(engine.backups.export(tenant)))
+    erase_traces = TenantStore.erase_traces
+
+    def erasing_traces(store: TenantStore) -> None:
+        erasing.set()
+        try:
+            erase_traces(store)
+        finally:
+            erasing.clear()
+
+    def seam(store: TenantStore, name: str) -> None:
+        if name == "copy_step":
+            steps_while_erasing.append(erasing.is_set())
+            copy_begun.set()
+
+    class OpensAnExport:
+        """Told as the erasure revokes the copies being sent: an export opened then."""
+
+        def content_erased(self, erased: str) -> None:
+            if erased == tenant and not exporter.is_alive() and not parts:
+                exporter.start()
+                copy_begun.wait(timeout=1.0)  # held back: it begins after the truncation
+
+        def committed(self, _tenant: str) -> None: ...
+        def installed(self, _tenant: str) -> None: ...
+        def erased(self, _tenant: str) -> None: ...
+
+    monkeypatch.setattr(TenantStore, "erase_traces", erasing_traces)
+    monkeypatch.setattr(TenantStore, "seam", seam)
+    engine.pool.watchers.append(OpensAnExport())
+    assert engine.memories.forget(tenant, secret_id)
+    exporter.join(timeout=30)
+    assert steps_while_erasing and not any(steps_while_erasing), "a copy began while the erasure emptied the WAL"
+    chunks = b"".join(p.data for p in parts if isinstance(p, FileChunk))
+    assert chunks and secret.encode() not in chunks
 
 
 def _words(words: list[str], start: int) -> list[str]:

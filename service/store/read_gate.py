@@ -29,6 +29,7 @@ class ReadGate:
         self._changed = threading.Condition(threading.Lock())
         self._inside = 0  # read transactions under way
         self._closed = False
+        self._copies_held_back = 0  # erasures under way, from their revocation of the copies being sent
         self._depth = threading.local()  # this thread's read transactions under way
 
     def reading(self) -> ReadGate:
@@ -53,11 +54,27 @@ class ReadGate:
                 self._changed.notify_all()
 
     def wait_open(self) -> None:
-        """Wait while the gate is closed, for a read it does not count: a copy's snapshot, held
-        for as long as its copy takes, begins after the truncation rather than hold it up."""
+        """Wait while the gate is closed or copies are held back, for a read it does not count: a
+        copy's snapshot, held for as long as its copy takes, begins after the truncation rather
+        than hold it up."""
         if not getattr(self._depth, "n", 0):
             with self._changed:
-                self._changed.wait_for(lambda: not self._closed)
+                self._changed.wait_for(lambda: not self._closed and not self._copies_held_back)
+
+    @contextmanager
+    def copies_held_back(self) -> Iterator[None]:
+        """No copy's snapshot begins while the block runs: an erasure's, from its revocation of the
+        copies being sent to the end of its truncation. A copy begun in between holds nothing
+        erased but holds up the truncation for as long as it takes, and copies begun back to back
+        kept it waiting to its bound."""
+        with self._changed:
+            self._copies_held_back += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._copies_held_back -= 1
+                self._changed.notify_all()
 
     @contextmanager
     def closed(self, seconds: float) -> Iterator[bool]:

@@ -387,40 +387,41 @@ class TenantStore:
         may hold the forgotten vectors, and the engine rebuilds it without them. First, the pool's
         file watchers are told (``told``): the tenant's copies being sent are revoked
         (engine/backup.py)."""
-        self._told("content_erased")
-        self.ann_path.unlink(missing_ok=True)
-        self._replication.forgotten(self._forgotten_memories)  # kept where a restore re-applies them
-        # Litestream holds a read transaction on a file it replicates, which the truncations below
-        # wait for: the files leave replication meanwhile (store/replicas.py).
-        with self._replication.paused():
-            inbox = self.inbox(create=False)
-            if inbox is not None:
-                with self.read() as txn:
-                    adopted = txn.oplog_highest_event_id()  # still in the inbox too (store/inbox.py)
-                inbox.erase_traces(adopted_through=adopted)
-            with self._write_lock:
-                # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
-                # a triple's subject), and an ANALYZE limited to part of a large table leaves them as
-                # they were: they go (a write only when ANALYZE sampled since), and the planner keeps
-                # sqlite_stat1's counts. Before the truncation, so their pages leave the WAL too.
-                try:
-                    if self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
-                        if self._writer.execute("SELECT 1 FROM sqlite_stat4 LIMIT 1").fetchone():
-                            with self._writer:
-                                self._writer.execute("DELETE FROM sqlite_stat4")
-                except apsw.Error as exc:
-                    raise translate_sqlite_error(exc, self.path.name) from exc
-                truncate_wal(self._writer, self.path.name, self._read_gate)
-                # The pages Litestream's checkpoints copied into the file as they were (watched).
-                self._scrub_file(self._writer, page_scrub.written_pages(self.path))
-                try:
-                    with self._writer:  # one transaction, counted as every write is
-                        self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
-                        self._replication.erased(self._writer)
-                        WriteTxn(self._writer, self._faults).count_change()
-                except apsw.Error as exc:
-                    raise translate_sqlite_error(exc, self.path.name) from exc
-                stop_at(self._faults, "erasure_finished")
+        with self._read_gate.copies_held_back():  # none begins until the WAL is emptied (store/read_gate.py)
+            self._told("content_erased")
+            self.ann_path.unlink(missing_ok=True)
+            self._replication.forgotten(self._forgotten_memories)  # kept where a restore re-applies them
+            # Litestream holds a read transaction on a file it replicates, which the truncations below
+            # wait for: the files leave replication meanwhile (store/replicas.py).
+            with self._replication.paused():
+                inbox = self.inbox(create=False)
+                if inbox is not None:
+                    with self.read() as txn:
+                        adopted = txn.oplog_highest_event_id()  # still in the inbox too (store/inbox.py)
+                    inbox.erase_traces(adopted_through=adopted)
+                with self._write_lock:
+                    # ANALYZE's samples of index keys (sqlite_stat4) may hold what was erased (a thread id,
+                    # a triple's subject), and an ANALYZE limited to part of a large table leaves them as
+                    # they were: they go (a write only when ANALYZE sampled since), and the planner keeps
+                    # sqlite_stat1's counts. Before the truncation, so their pages leave the WAL too.
+                    try:
+                        if self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat4'").fetchone():
+                            if self._writer.execute("SELECT 1 FROM sqlite_stat4 LIMIT 1").fetchone():
+                                with self._writer:
+                                    self._writer.execute("DELETE FROM sqlite_stat4")
+                    except apsw.Error as exc:
+                        raise translate_sqlite_error(exc, self.path.name) from exc
+                    truncate_wal(self._writer, self.path.name, self._read_gate)
+                    # The pages Litestream's checkpoints copied into the file as they were (watched).
+                    self._scrub_file(self._writer, page_scrub.written_pages(self.path))
+                    try:
+                        with self._writer:  # one transaction, counted as every write is
+                            self._writer.execute("DELETE FROM meta WHERE key = ?", (ERASURE_META,))
+                            self._replication.erased(self._writer)
+                            WriteTxn(self._writer, self._faults).count_change()
+                    except apsw.Error as exc:
+                        raise translate_sqlite_error(exc, self.path.name) from exc
+                    stop_at(self._faults, "erasure_finished")
 
     def _scrub_file(self, writer: apsw.Connection, pages: set[int] | None) -> None:
         """Clear the rooms of ``pages`` (None: every page) in the file, whose WAL the caller
