@@ -11,8 +11,8 @@ import html
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mnemosyne.errors import InvalidArgument
 from mnemosyne.transport.http.guard import send_error
+from mnemosyne.transport.http.methods import method_not_allowed
 from mnemosyne.transport.http.paths import CONSOLE_PATH, DOCS_PATH, MCP_PATH, OPENAPI_PATH
 from mnemosyne.transport.http.static_files import send_bytes
 from mnemosyne.version import VERSION
@@ -72,14 +72,11 @@ def home_app(metrics_port: int) -> ASGIApp:
     body = page(metrics_port)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        method = scope.get("method", "GET")
-        if method not in ("GET", "HEAD"):
-            error = InvalidArgument(
-                f"/ takes GET, not {method[:16]}", reason="METHOD_NOT_ALLOWED", metadata={"allow": "GET, HEAD"}
-            )
-            await send_error(send, error, [*HEADERS, ("allow", "GET, HEAD")])
+        if scope.get("method", "GET") != "GET":  # a HEAD comes as its GET (methods.answering_head)
+            error = method_not_allowed("/", ["GET"])
+            await send_error(send, error, [*HEADERS, ("allow", error.metadata["allow"])])
             return
         headers = [*HEADERS, ("content-type", "text/html; charset=utf-8")]
-        await send_bytes(send, 200, body, headers, head=method == "HEAD")
+        await send_bytes(send, 200, body, headers)
 
     return app

@@ -31,12 +31,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.errors import MnemosyneError
 from mnemosyne.transport.call import Call
 from mnemosyne.transport.edge import Edge, Kind, Undecodable, body_too_large, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, ClientLeft, Refuse
 from mnemosyne.transport.errors import http_status
 from mnemosyne.transport.http.mapping import Route, Router, decode, encode
+from mnemosyne.transport.http.methods import method_not_allowed
 from mnemosyne.transport.http.paths import OPENAPI_PATH
 
 KEEPALIVE_SECONDS = 15.0
@@ -138,13 +139,8 @@ class HttpApi:
             await response(scope, receive, send)
 
     def _openapi_document(self, verb: str) -> Response:
-        # A document, as / and the console's files are: HEAD too (uvicorn leaves its body out).
-        if verb not in ("GET", "HEAD"):
-            raise InvalidArgument(
-                f"{OPENAPI_PATH} takes GET, not {verb[:16]}",
-                reason="METHOD_NOT_ALLOWED",
-                metadata={"allow": "GET, HEAD"},
-            )
+        if verb != "GET":  # a HEAD comes as its GET (methods.answering_head)
+            raise method_not_allowed(OPENAPI_PATH, ["GET"])
         return Response(self._openapi, media_type="application/json")
 
     async def _answer(

@@ -42,6 +42,7 @@ from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.transport.edge import Undecodable, too_large
 from mnemosyne.transport.http import client_json
 from mnemosyne.transport.http.json_times import beyond_range, loosely_a_time, without_offset
+from mnemosyne.transport.http.methods import method_not_allowed
 
 # "/package.Service/Method" -> why it has no JSON form.
 GRPC_ONLY: dict[str, str] = {
@@ -127,7 +128,8 @@ class Router:
 
     def match(self, verb: str, raw_path: str) -> tuple[Route, dict[str, str]]:
         """The route of a request and its path variables (raw, still percent-encoded); NotFound
-        (ROUTE_NOT_FOUND) or METHOD_NOT_ALLOWED naming the verbs the path takes."""
+        (ROUTE_NOT_FOUND) or METHOD_NOT_ALLOWED naming the verbs the path takes (HEAD with GET: a
+        HEAD comes here as its GET, ``methods.answering_head``)."""
         allowed: list[str] = []
         for route in self.table:
             matched = route.pattern.fullmatch(raw_path)
@@ -137,11 +139,7 @@ class Router:
                 return route, matched.groupdict()
             allowed.append(route.verb)
         if allowed:
-            raise InvalidArgument(
-                f"{raw_path[:200]} takes {' or '.join(sorted(set(allowed)))}, not {verb[:16]}",
-                reason="METHOD_NOT_ALLOWED",
-                metadata={"allow": ", ".join(sorted(set(allowed)))},
-            )
+            raise method_not_allowed(raw_path, allowed)
         raise NotFound(f"no route {raw_path[:200]!r}: the routes are listed at /openapi.json", reason="ROUTE_NOT_FOUND")
 
 

@@ -65,6 +65,7 @@ from mnemosyne.transport.http.mem0_endpoints import (
     Tenantless,
     unsupported,
 )
+from mnemosyne.transport.http.methods import method_not_allowed
 
 # The path prefixes this app answers (transport/http/server.py ``compose`` mounts each).
 MEM0_PREFIXES = (
@@ -278,11 +279,7 @@ class Mem0Api:
                 return route, tuple(unquote(g) for g in matched.groups())
             allowed.append(route.verb)
         if allowed:
-            raise InvalidArgument(
-                f"{path[:200]} takes {' or '.join(sorted(set(allowed)))}, not {verb[:16]}",
-                reason="METHOD_NOT_ALLOWED",
-                metadata={"allow": ", ".join(sorted(set(allowed)))},
-            )
+            raise method_not_allowed(path, allowed)
         raise NotFound(
             f"no mem0-compatible endpoint {path[:200]!r} (docs/mem0.md lists them)", reason="ROUTE_NOT_FOUND"
         )

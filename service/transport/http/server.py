@@ -32,6 +32,7 @@ from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.errors import to_status_proto
 from mnemosyne.transport.http.guard import TARGET_HOST, target_authority
 from mnemosyne.transport.http.mapping import encode
+from mnemosyne.transport.http.methods import answering_head
 
 # How long a connection may take to send a request's whole head, from when it connects or its
 # last response ends: uvicorn times a connection out only while it idles after a response (its
@@ -157,7 +158,7 @@ def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASG
     that app, one under a mount's path prefix (``/console``, ``/docs``, ``/mcp``, the
     mem0-compatible ``/v3``, ``/v1/memories``...) to that app, everything else to the API
     (``/v1/…``, ``/openapi.json``). A prefix ending in ``/`` matches that path only (``/v1/ping/``
-    is mem0's, ``/v1/ping`` ours)."""
+    is mem0's, ``/v1/ping`` ours). A HEAD is served as its GET on every one of them (``answering_head``)."""
     prefixes = sorted(mounts, key=len, reverse=True)
     exact = dict(pages or {})
 
@@ -172,7 +173,7 @@ def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASG
                 return
         await api(scope, receive, send)
 
-    return app
+    return answering_head(app)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ The files are read once, from a flat folder the package ships, and served from m
   folder, ``..``, an encoded slash, a directory) is 404 with the folder's own reason as
   ``google.rpc.Status`` JSON, never a listing;
 * ``PREFIX`` redirects to ``PREFIX/``, which is ``index.html``;
-* GET and HEAD only (405 ``METHOD_NOT_ALLOWED`` with ``Allow``);
+* GET (and HEAD, as every GET of the port: transport/http/methods.py) only (405
+  ``METHOD_NOT_ALLOWED`` with ``Allow``);
 * every answer carries the folder's headers (its Content-Security-Policy above all).
 """
 
@@ -19,8 +20,9 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mnemosyne.errors import InvalidArgument, NotFound
+from mnemosyne.errors import NotFound
 from mnemosyne.transport.http.guard import send_error
+from mnemosyne.transport.http.methods import method_not_allowed
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -54,20 +56,15 @@ def folder_app(
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         always = list(headers)
-        method = scope.get("method", "GET")
-        if method not in ("GET", "HEAD"):
-            error = InvalidArgument(
-                f"{what}'s files take GET, not {method[:16]}",
-                reason="METHOD_NOT_ALLOWED",
-                metadata={"allow": "GET, HEAD"},
-            )
-            await send_error(send, error, [*always, ("allow", "GET, HEAD")])
+        if scope.get("method", "GET") != "GET":  # a HEAD comes as its GET (methods.answering_head)
+            error = method_not_allowed(f"{what}'s files", ["GET"])
+            await send_error(send, error, [*always, ("allow", error.metadata["allow"])])
             return
         # The raw path: a percent-encoded "/" or "." is never decoded into a path here.
         raw = scope.get("raw_path") or scope["path"].encode()
         path = raw.decode("latin-1").split("?", 1)[0]
         if path == prefix:
-            await send_bytes(send, 308, b"", [*always, ("location", prefix + "/")], head=method == "HEAD")
+            await send_bytes(send, 308, b"", [*always, ("location", prefix + "/")])
             return
         name = path[len(prefix) + 1 :] or "index.html"
         found = files.get(name)
@@ -76,12 +73,12 @@ def folder_app(
             await send_error(send, missing, always)
             return
         body, content_type = found
-        await send_bytes(send, 200, body, [*always, ("content-type", content_type)], head=method == "HEAD")
+        await send_bytes(send, 200, body, [*always, ("content-type", content_type)])
 
     return app
 
 
-async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[str, str]], *, head: bool) -> None:
+async def send_bytes(send: Send, status: int, body: bytes, headers: list[tuple[str, str]]) -> None:
     raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in [*headers, ("content-length", str(len(body)))]]
     await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": b"" if head else body})
+    await send({"type": "http.response.body", "body": body})
