@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import socket
 import ssl
@@ -26,10 +25,10 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from mnemosyne.errors import InvalidArgument, MnemosyneError, Unavailable
-from mnemosyne.observability.counted_log import CountedLog
+from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.errors import to_status_proto
+from mnemosyne.transport.http.connections import ConnectionCap, RefusalLog
 from mnemosyne.transport.http.guard import TARGET_HOST, target_authority
 from mnemosyne.transport.http.mapping import encode
 from mnemosyne.transport.http.methods import answering_head
@@ -77,80 +76,6 @@ ACCEPTED_AT_ONCE_SHARE = 8
 # logged: a line each (uvicorn's "Invalid HTTP request received.") let any client write the log at
 # will, so one line tells how many were refused since the last.
 REFUSALS_LOG_SECONDS = 60.0
-
-log = logging.getLogger("mnemosyne.http")
-
-
-class _RefusalLog:
-    """The log of requests refused unread (``CountedLog``), its counts written on a timer of the
-    server's event loop when no refusal follows. Used on that loop only."""
-
-    def __init__(self, seconds: float) -> None:
-        self._counts = CountedLog(log, "HTTP requests refused unread", seconds)
-        self._timer: asyncio.TimerHandle | None = None
-
-    def refused(self, reason: str, loop: asyncio.AbstractEventLoop) -> None:
-        self._counts.count(reason, loop.time())
-        due = self._counts.due()
-        if due is not None and self._timer is None:
-            self._timer = loop.call_at(due, self._write_due, loop, due)
-
-    def _write_due(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
-        self._timer = None
-        self._counts.write_due(max(loop.time(), due))  # a timer may run a clock tick early
-
-    def close(self) -> None:
-        """Write the count still waiting for its timer (the server stops)."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._counts.close()
-
-
-class _ConnectionCap:
-    """The HTTP port's open connections, against its most (used on the server's event loop only).
-
-    Not uvicorn's ``limit_concurrency``: that is checked only once a request's head is whole, so a
-    connection that idles or trickles its head is never refused and keeps its descriptor, and its
-    refusal is a line of text on a connection kept open, not our JSON error and the connection
-    closed."""
-
-    def __init__(self, most: int, per_address: int) -> None:
-        self.most = most
-        self.per_address = per_address  # 0: no share of its own
-        self.open = 0  # admitted and not yet closed
-        self.by_address: dict[str, int] = {}  # of those, from each client address
-        self.lingering = 0  # refused, their answer being read
-
-    def admit(self, address: str) -> Unavailable | None:
-        """Count a connection from ``address`` in, or the refusal when there is no place for it."""
-        held = self.by_address.get(address, 0)
-        if self.open >= self.most:
-            return _full("connections", self.most, "--http-max-connections", "HTTP_CONNECTIONS_FULL")
-        if self.per_address and held >= self.per_address:
-            return _full(
-                f"connections from {address}",
-                self.per_address,
-                "--http-max-connections-per-address",
-                "HTTP_ADDRESS_CONNECTIONS_FULL",
-            )
-        self.open += 1
-        self.by_address[address] = held + 1
-        return None
-
-    def release(self, address: str) -> None:
-        self.open -= 1
-        held = self.by_address.pop(address) - 1
-        if held:
-            self.by_address[address] = held
-
-
-def _full(which: str, most: int, flag: str, reason: str) -> Unavailable:
-    return Unavailable(
-        f"the HTTP port holds its most {which} open ({most:,}, {flag}): retry in a second, and reuse "
-        "a connection for several requests (keep-alive)",
-        reason=reason,
-        retry_after_seconds=1.0,
-    )
 
 
 def compose(api: ASGIApp, mounts: Mapping[str, ASGIApp], pages: Mapping[str, ASGIApp] | None = None) -> ASGIApp:
@@ -245,8 +170,8 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     body_pause_seconds = BODY_PAUSE_SECONDS
     body_seconds = BODY_SECONDS
     body_bytes_per_second = BODY_BYTES_PER_SECOND
-    refusals: _RefusalLog  # the server's (HttpServer.start)
-    cap: _ConnectionCap  # the server's
+    refusals: RefusalLog  # the server's (HttpServer.start)
+    cap: ConnectionCap  # the server's
     _admitted: str | None = None  # its client's address, once counted in ``cap.open``
     _lingering = False  # counted in ``cap.lingering``
     _head_timer: asyncio.TimerHandle | None = None
@@ -500,7 +425,7 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, server: uvicorn.Server, serving: asyncio.Task[None], port: int, refusals: _RefusalLog) -> None:
+    def __init__(self, server: uvicorn.Server, serving: asyncio.Task[None], port: int, refusals: RefusalLog) -> None:
         self._server, self._serving = server, serving
         self.port = port
         self._refusals = refusals
@@ -523,7 +448,7 @@ class HttpServer:
     ) -> HttpServer:
         """Serve ``app`` on ``sock``, holding at most ``max_connections`` open (``connection_budget``
         is the caller's: a test holds a few)."""
-        refusals = _RefusalLog(refusals_log_seconds)
+        refusals = RefusalLog(refusals_log_seconds)
         timing = {
             "head_seconds": head_seconds,
             "body_pause_seconds": body_pause_seconds,
@@ -535,7 +460,7 @@ class HttpServer:
             http=type(
                 "_Protocol",
                 (_HeadTimedProtocol,),
-                {**timing, "refusals": refusals, "cap": _ConnectionCap(max_connections, max_connections_per_address)},
+                {**timing, "refusals": refusals, "cap": ConnectionCap(max_connections, max_connections_per_address)},
             ),
             backlog=max(1, min(BACKLOG, max_connections // ACCEPTED_AT_ONCE_SHARE)),  # accepted at once
             lifespan="off",

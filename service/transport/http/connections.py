@@ -1,0 +1,85 @@
+"""What the HTTP port (transport/http/server.py) keeps of its connections beside each one's protocol:
+the cap on those open (``ConnectionCap``) and the log of requests refused unread (``RefusalLog``),
+both used on the server's event loop only."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from mnemosyne.errors import Unavailable
+from mnemosyne.observability.counted_log import CountedLog
+
+log = logging.getLogger("mnemosyne.http")
+
+
+class RefusalLog:
+    """The log of requests refused unread (``CountedLog``), its counts written on a timer of the
+    server's event loop when no refusal follows. Used on that loop only."""
+
+    def __init__(self, seconds: float) -> None:
+        self._counts = CountedLog(log, "HTTP requests refused unread", seconds)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def refused(self, reason: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._counts.count(reason, loop.time())
+        due = self._counts.due()
+        if due is not None and self._timer is None:
+            self._timer = loop.call_at(due, self._write_due, loop, due)
+
+    def _write_due(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        self._timer = None
+        self._counts.write_due(max(loop.time(), due))  # a timer may run a clock tick early
+
+    def close(self) -> None:
+        """Write the count still waiting for its timer (the server stops)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._counts.close()
+
+
+class ConnectionCap:
+    """The HTTP port's open connections, against its most (used on the server's event loop only).
+
+    Not uvicorn's ``limit_concurrency``: that is checked only once a request's head is whole, so a
+    connection that idles or trickles its head is never refused and keeps its descriptor, and its
+    refusal is a line of text on a connection kept open, not our JSON error and the connection
+    closed."""
+
+    def __init__(self, most: int, per_address: int) -> None:
+        self.most = most
+        self.per_address = per_address  # 0: no share of its own
+        self.open = 0  # admitted and not yet closed
+        self.by_address: dict[str, int] = {}  # of those, from each client address
+        self.lingering = 0  # refused, their answer being read
+
+    def admit(self, address: str) -> Unavailable | None:
+        """Count a connection from ``address`` in, or the refusal when there is no place for it."""
+        held = self.by_address.get(address, 0)
+        if self.open >= self.most:
+            return _full("connections", self.most, "--http-max-connections", "HTTP_CONNECTIONS_FULL")
+        if self.per_address and held >= self.per_address:
+            return _full(
+                f"connections from {address}",
+                self.per_address,
+                "--http-max-connections-per-address",
+                "HTTP_ADDRESS_CONNECTIONS_FULL",
+            )
+        self.open += 1
+        self.by_address[address] = held + 1
+        return None
+
+    def release(self, address: str) -> None:
+        self.open -= 1
+        held = self.by_address.pop(address) - 1
+        if held:
+            self.by_address[address] = held
+
+
+def _full(which: str, most: int, flag: str, reason: str) -> Unavailable:
+    return Unavailable(
+        f"the HTTP port holds its most {which} open ({most:,}, {flag}): retry in a second, and reuse "
+        "a connection for several requests (keep-alive)",
+        reason=reason,
+        retry_after_seconds=1.0,
+    )
