@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import http.client
 import ipaddress
@@ -14,6 +15,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -601,5 +603,144 @@ def test_a_tls_connection_that_does_not_finish_its_handshake_is_closed_within_it
             assert await closed_within(silent[0], 5) and await closed_within(halfway[0], 5)
         finally:
             await server.stop()
+
+    asyncio.run(run())
+
+
+# (head, status, reason) of requests the HTTP port refuses before it reads their body (a body over
+# twice ``--max-request-bytes 65536``, a Content-Type it does not read, a method or route it does
+# not take, a token missing, a head it cannot read): the client is still sending it when answered.
+_REFUSED_EARLY = [
+    ("POST /v1/tenants/big/memories", {"content-type": "application/json"}, 413, "REQUEST_TOO_LARGE"),
+    ("POST /v3/memories/add/", {"content-type": "application/json"}, 413, "REQUEST_TOO_LARGE"),
+    ("POST /v1/tenants/big/memories", {"content-type": "text/plain"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
+    ("PUT /v1/tenants/big/memories", {"content-type": "application/json"}, 405, "METHOD_NOT_ALLOWED"),
+    ("POST /mcp", {"content-type": "application/json"}, 400, "TENANT_INVALID"),
+    (
+        "POST /v1/tenants/big/memories",
+        {"content-type": "application/json", "x-bad\x01": "1"},
+        400,
+        "REQUEST_UNREADABLE",
+    ),
+]
+_SENT_BODY = 4 << 20
+
+
+def _refusal_while_sending(port: int, pki: Pki, line: str, headers: dict[str, str], body: int = _SENT_BODY) -> bytes:
+    """What a TLS client that sends a request's head and then its whole body, as most clients do
+    (``sendall`` then read), reads back: the whole answer, its body as long as its Content-Length."""
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    head = f"{line} HTTP/1.1\r\nhost: localhost\r\ncontent-length: {body}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(head.encode("latin-1"))
+            chunk = b"a" * 65536
+            for _ in range(body // len(chunk)):
+                tls.sendall(chunk)
+            answer = b""
+            while b"\r\n\r\n" not in answer or len(answer.split(b"\r\n\r\n", 1)[1]) < _content_length(answer):
+                data = tls.recv(65536)
+                if not data:
+                    break
+                answer += data
+            return answer
+
+
+def _content_length(answer: bytes) -> int:
+    found = re.search(rb"\r\ncontent-length: *(\d+)", answer.split(b"\r\n\r\n", 1)[0], re.IGNORECASE)
+    return int(found.group(1)) if found else 0
+
+
+def test_a_request_refused_while_its_client_sends_its_body_gets_its_answer_over_tls(server_factory, pki: Pki) -> None:
+    """Over TLS a refusal given before the body was read closed the connection at once, the body
+    still coming: the client's next writes were reset and it never read the answer. It is read
+    and dropped after the answer, as in plain text, and the client gets the answer every time."""
+    server: ServerProcess = server_factory(
+        args=[*_serving(pki.server.cert, pki.server.key), "--max-request-bytes", "65536"],
+        health_credentials=pki.credentials(),
+        http=True,
+    ).start()
+    failures: dict[str, list[str]] = {}
+    for line, headers, status, reason in _REFUSED_EARLY:
+        for _ in range(20):
+            try:
+                answer = _refusal_while_sending(server.http_port, pki, line, headers)
+            except OSError as exc:
+                answer = f"{type(exc).__name__}: {exc}".encode()
+            head, _, body = answer.partition(b"\r\n\r\n")
+            if not head.startswith(f"HTTP/1.1 {status} ".encode()) or f'"{reason}"'.encode() not in body:
+                failures.setdefault(f"{line} {status}", []).append(answer[:200].decode("latin-1"))
+    assert not failures, {what: f"{len(got)} of 20, e.g. {got[0][:80]}" for what, got in failures.items()}
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\n\r\n",  # refused by the app, unread
+        b"POST /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\nX-Bad\x01: 1\r\n\r\n",  # unreadable: 400
+    ],
+    ids=["refused-by-the-app", "refused-unreadable"],
+)
+@pytest.mark.parametrize("pause", [0.0, 0.02, None], ids=["fast", "slow", "silent"])
+def test_a_tls_client_that_goes_on_sending_after_its_refusal_is_closed_within_the_bound(
+    pki: Pki, head: bytes, pause: float | None
+) -> None:
+    """What a client sends after its refusal is read and dropped for a bounded time and a bounded
+    number of bytes (here 1 s and 1 MiB; REFUSED_READ_SECONDS, 5 s, and REFUSED_READ_BYTES, 64 MiB),
+    then its connection is closed: a client sending without end, fast (the bytes' bound) or slowly
+    (the time's), or one that stops sending and never closes, holds it no longer (asyncio's TLS
+    close alone waits 30 s for the client's own close)."""
+    from mnemosyne.transport.http.server import TLS_CLOSE_SECONDS, HttpServer, HttpTls, bind
+
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        body = b'{"code": 3, "message": "too large"}'
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    trusting = ssl.create_default_context(cafile=str(pki.ca.cert))
+    done = threading.Event()
+
+    def send_until_closed(port: int) -> int:
+        """Send ``head`` and then bytes every ``pause`` s (None: 64 KiB, then nothing) until the
+        server's close stops it or the test is done; the bytes sent."""
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+            with trusting.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(head)
+                sent = 0
+                with contextlib.suppress(OSError):
+                    while not done.is_set():
+                        if pause is None and sent:
+                            done.wait(0.05)
+                            continue
+                        chunk = 1024 if pause else 65536  # slowly: 50 KiB a second
+                        tls.sendall(b"a" * chunk)
+                        sent += chunk
+                        time.sleep(pause or 0.0)
+                return sent
+
+    async def run() -> None:
+        tls = HttpTls(pki.server.cert, pki.server.key)
+        server = await HttpServer.start(
+            refuse, bind("127.0.0.1", 0), tls=tls, refused_read_seconds=1.0, refused_read_bytes=1 << 20
+        )
+        connections = server._server.server_state.connections
+        try:
+            sending = asyncio.ensure_future(asyncio.to_thread(send_until_closed, server.port))
+            started = time.monotonic()
+            while not connections and not sending.done() and time.monotonic() - started < 10:
+                await asyncio.sleep(0.005)  # a fast sender's connection may be gone before it is seen
+            while connections and time.monotonic() - started < 40:
+                await asyncio.sleep(0.02)
+            held = time.monotonic() - started
+            done.set()
+            sent = await sending
+        finally:
+            done.set()
+            await server.stop()
+        assert held < 1.0 + TLS_CLOSE_SECONDS + 2, (held, sent)
+        if pause:  # the time's bound: the bytes' is far off
+            assert held >= 1.0 and sent < 1 << 20, (held, sent)
 
     asyncio.run(run())

@@ -57,8 +57,15 @@ BODY_BYTES_PER_SECOND = 64 * 1024
 # The most a request's head (its line and headers) may hold: uvicorn's parser (httptools) keeps
 # any length in memory. Browsers send a few KiB; 64 KiB is what common proxies accept at most.
 HEAD_BYTES = 64 * 1024
-# How long a refused connection is still read (and dropped) before it is closed.
+# How long, and how much of it, a refused connection is still read (and dropped) before it is
+# closed: closed with unread bytes it is reset, and a client still sending loses the answer. Four
+# times the largest body taken (twice the default --max-request-bytes): a client sending a body
+# refused for its size gets the answer; one that never stops sending is closed.
 REFUSED_READ_SECONDS = 5.0
+REFUSED_READ_BYTES = 64 << 20
+# How long a TLS connection's close, at the end of its refusal's reading, may wait for the client's
+# own close (asyncio waits 30 s for it, reading and dropping what a client still sending sends).
+TLS_CLOSE_SECONDS = 1.0
 # A connection over the cap is answered 503 HTTP_CONNECTIONS_FULL and read (and dropped) this long
 # at most, so that its client gets the answer rather than a reset; past REFUSED_FULL_LINGERING
 # such connections (or a quarter of the cap, if less) it is closed at once: a flood of new
@@ -170,6 +177,8 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     body_pause_seconds = BODY_PAUSE_SECONDS
     body_seconds = BODY_SECONDS
     body_bytes_per_second = BODY_BYTES_PER_SECOND
+    refused_read_seconds = REFUSED_READ_SECONDS
+    refused_read_bytes = REFUSED_READ_BYTES
     refusals: RefusalLog  # the server's (HttpServer.start)
     cap: ConnectionCap  # the server's
     _admitted: str | None = None  # its client's address, once counted in ``cap.open``
@@ -185,6 +194,9 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     _head_over = False  # a whole head over HEAD_BYTES came in one read: refused 431
     _deferred: tuple[int, InvalidArgument] | None = None  # a refusal that waits for the answer in flight
     _closing = False  # answered with the body still coming: read and dropped until it closes
+    _dropping_timer: asyncio.TimerHandle | None = None  # refused: its end of reading and dropping
+    _dropped = 0  # bytes read and dropped since the refusal
+    _gone = False  # connection_lost came
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
@@ -201,8 +213,11 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return  # what the client still sends after the refusal is read and dropped
+        if self._refused:  # what the client still sends after the refusal is read and dropped
+            self._dropped += len(data)
+            if self._dropping_timer is not None and self._dropped > self.refused_read_bytes:
+                self._end_dropping()
+            return
         self._unset_keepalive_if_required()
         # uvicorn's data_received but for its WARNING line each (``_refuse`` counts them instead).
         try:
@@ -248,10 +263,9 @@ class _HeadTimedProtocol(HttpToolsProtocol):
                 return
         self._answer(status, error)
 
-    def _answer(self, status: int, error: MnemosyneError, read_seconds: float = REFUSED_READ_SECONDS) -> None:
-        """Write the refusal. The sending side is closed at once, but the connection is read (and
-        dropped) for ``read_seconds`` more, or until its client closes: closed with unread bytes,
-        it would be reset, and a client still sending would lose the answer."""
+    def _answer(self, status: int, error: MnemosyneError, read_seconds: float | None = None) -> None:
+        """Write the refusal, then read (and drop) what the client still sends (``_drop_rest``) for
+        ``read_seconds`` (``refused_read_seconds``)."""
         if self.transport.is_closing():
             return
         body = encode(to_status_proto(error))
@@ -260,11 +274,36 @@ class _HeadTimedProtocol(HttpToolsProtocol):
             head += f"retry-after: {max(1, math.ceil(error.retry_after_seconds))}\r\n"
         head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
         self.transport.write(head.encode("ascii") + body)
-        if self.transport.can_write_eof() and read_seconds > 0:
-            self.transport.write_eof()
-            self.loop.call_later(read_seconds, self.transport.close)
-        else:  # TLS (no half-close), or nothing more to read
+        self._drop_rest(self.refused_read_seconds if read_seconds is None else read_seconds)
+
+    def _drop_rest(self, seconds: float) -> None:
+        """After a refusal: read and drop what the client still sends for ``seconds`` at most and
+        ``refused_read_bytes``, or until its client closes, then close. Closed with unread bytes, the
+        connection is reset, and a client still sending (its body) loses the answer: over TLS too,
+        where the answer's ``content-length`` and ``connection: close`` are its end (no half-close
+        there); in plain text the sending side is closed at once."""
+        self._refused = True
+        if seconds <= 0:
             self.transport.close()
+            return
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.flow.resume_reading()
+        self._dropping_timer = self.loop.call_later(seconds, self._end_dropping)
+
+    def _end_dropping(self) -> None:
+        if self._dropping_timer is not None:
+            self._dropping_timer.cancel()
+            self._dropping_timer = None
+        if self._gone:
+            return
+        self.transport.close()
+        if not self.transport.can_write_eof():  # TLS: the close waits for the client's, which a sender never sends
+            self.loop.call_later(TLS_CLOSE_SECONDS, self._abort)
+
+    def _abort(self) -> None:
+        if not self._gone:
+            self.transport.abort()
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
@@ -333,18 +372,16 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     def _close_after_answer(self, cycle: RequestResponseCycle) -> None:
         """Close the connection once ``cycle``'s answer is written. A body still coming (refused
         unread: too large, a route or a method that takes none, a tenant refused) is read and dropped
-        for REFUSED_READ_SECONDS more, or until its client closes, its sending side closed at once:
-        closed with unread bytes, the connection was reset, and a client still sending its body lost
-        the answer (urllib's 413 for a body over the limit was 'Connection reset by peer')."""
+        first (``_drop_rest``): closed with unread bytes, the connection was reset, and a client still
+        sending its body lost the answer (urllib's 413 for a body over the limit was 'Connection
+        reset by peer'; over TLS, every client that sends its whole body before it reads)."""
         transport = self.transport
-        if not cycle.more_body or cycle.disconnected or transport.is_closing() or not transport.can_write_eof():
+        if not cycle.more_body or cycle.disconnected or transport.is_closing():
             transport.close()
             return
-        self._closing = self._refused = True  # nothing more is read as a request
+        self._closing = True  # nothing more is read as a request
         self._stop_waiting_for_body()
-        self.flow.resume_reading()
-        transport.write_eof()
-        self.loop.call_later(REFUSED_READ_SECONDS, transport.close)
+        self._drop_rest(self.refused_read_seconds)
 
     def on_response_complete(self) -> None:
         if self._closing:  # no request after this one: the connection is closing
@@ -370,6 +407,9 @@ class _HeadTimedProtocol(HttpToolsProtocol):
             self._admitted = None
         self.cap.lingering -= self._lingering
         self._lingering = False
+        self._gone = True
+        if self._dropping_timer is not None:
+            self._dropping_timer.cancel()
         self._stop_waiting()
         self._stop_waiting_for_body()
         super().connection_lost(exc)
@@ -442,6 +482,8 @@ class HttpServer:
         body_pause_seconds: float = BODY_PAUSE_SECONDS,
         body_seconds: float = BODY_SECONDS,
         body_bytes_per_second: int = BODY_BYTES_PER_SECOND,
+        refused_read_seconds: float = REFUSED_READ_SECONDS,
+        refused_read_bytes: int = REFUSED_READ_BYTES,
         max_connections: int = ServerConfig.http_max_connections,
         max_connections_per_address: int = ServerConfig.http_max_connections_per_address,
         refusals_log_seconds: float = REFUSALS_LOG_SECONDS,
@@ -454,6 +496,8 @@ class HttpServer:
             "body_pause_seconds": body_pause_seconds,
             "body_seconds": body_seconds,
             "body_bytes_per_second": body_bytes_per_second,
+            "refused_read_seconds": refused_read_seconds,
+            "refused_read_bytes": refused_read_bytes,
         }
         config = uvicorn.Config(
             app,
