@@ -609,19 +609,19 @@ def test_a_tls_connection_that_does_not_finish_its_handshake_is_closed_within_it
 
 # (head, status, reason) of requests the HTTP port refuses before it reads their body (a body over
 # twice ``--max-request-bytes 65536``, a Content-Type it does not read, a method or route it does
-# not take, a token missing, a head it cannot read): the client is still sending it when answered.
+# not take, a token missing, a host refused, a head it cannot read): the client is still
+# sending it when answered.
+_JSON = {"content-type": "application/json"}
+_TOKEN = {"authorization": "Bearer tls-refusals-token"}
 _REFUSED_EARLY = [
-    ("POST /v1/tenants/big/memories", {"content-type": "application/json"}, 413, "REQUEST_TOO_LARGE"),
-    ("POST /v3/memories/add/", {"content-type": "application/json"}, 413, "REQUEST_TOO_LARGE"),
-    ("POST /v1/tenants/big/memories", {"content-type": "text/plain"}, 415, "CONTENT_TYPE_UNSUPPORTED"),
-    ("PUT /v1/tenants/big/memories", {"content-type": "application/json"}, 405, "METHOD_NOT_ALLOWED"),
-    ("POST /mcp", {"content-type": "application/json"}, 400, "TENANT_INVALID"),
-    (
-        "POST /v1/tenants/big/memories",
-        {"content-type": "application/json", "x-bad\x01": "1"},
-        400,
-        "REQUEST_UNREADABLE",
-    ),
+    ("POST /v1/tenants/big/memories", {**_JSON, **_TOKEN}, 413, "REQUEST_TOO_LARGE"),
+    ("POST /v3/memories/add/", {**_JSON, "authorization": "Token tls-refusals-token"}, 413, "REQUEST_TOO_LARGE"),
+    ("POST /v1/tenants/big/memories", _JSON, 401, "TOKEN_MISSING"),
+    ("POST /v1/tenants/big/memories", {"content-type": "text/plain", **_TOKEN}, 415, "CONTENT_TYPE_UNSUPPORTED"),
+    ("PUT /v1/tenants/big/memories", {**_JSON, **_TOKEN}, 405, "METHOD_NOT_ALLOWED"),
+    ("POST /mcp", {**_JSON, **_TOKEN}, 400, "TENANT_INVALID"),
+    ("POST /v1/tenants/big/memories", {**_JSON, "host": "evil.example"}, 403, "HOST_FORBIDDEN"),
+    ("POST /v1/tenants/big/memories", {**_JSON, "x-bad\x01": "1"}, 400, "REQUEST_UNREADABLE"),
 ]
 _SENT_BODY = 4 << 20
 
@@ -630,8 +630,8 @@ def _refusal_while_sending(port: int, pki: Pki, line: str, headers: dict[str, st
     """What a TLS client that sends a request's head and then its whole body, as most clients do
     (``sendall`` then read), reads back: the whole answer, its body as long as its Content-Length."""
     context = ssl.create_default_context(cafile=str(pki.ca.cert))
-    head = f"{line} HTTP/1.1\r\nhost: localhost\r\ncontent-length: {body}\r\n"
-    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+    head = f"{line} HTTP/1.1\r\ncontent-length: {body}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in {"host": "localhost", **headers}.items()) + "\r\n"
     with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
         with context.wrap_socket(raw, server_hostname="localhost") as tls:
             tls.sendall(head.encode("latin-1"))
@@ -658,6 +658,7 @@ def test_a_request_refused_while_its_client_sends_its_body_gets_its_answer_over_
     and dropped after the answer, as in plain text, and the client gets the answer every time."""
     server: ServerProcess = server_factory(
         args=[*_serving(pki.server.cert, pki.server.key), "--max-request-bytes", "65536"],
+        env={"MNEMOSYNE_TOKENS": tokens_json({"tls-refusals-token": ["big"]})},
         health_credentials=pki.credentials(),
         http=True,
     ).start()
