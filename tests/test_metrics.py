@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection
 
 import grpc
 import pytest
@@ -153,6 +154,22 @@ def test_http_probes(metered: ServerProcess) -> None:
     assert _get(metered.metrics_url + "/healthz") == (200, "ok\n")
     assert _get(metered.metrics_url + "/readyz") == (200, "ready\n")
     assert _get(metered.metrics_url + "/nothing-here")[0] == 404
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])
+def test_side_port_answers_head_as_get_and_names_both_in_a_405_s_allow(metered: ServerProcess, path: str) -> None:
+    """HEAD: the GET's status and headers, no body; another method: 405 with ``Allow`` (it had none)."""
+    connection = HTTPConnection("127.0.0.1", metered.metrics_port, timeout=10)
+    try:
+        connection.request("HEAD", path)
+        head = connection.getresponse()
+        assert (head.status, head.read()) == (200, b"") and int(head.headers["content-length"]) > 0
+        connection = HTTPConnection("127.0.0.1", metered.metrics_port, timeout=10)
+        connection.request("DELETE", path)
+        refused = connection.getresponse()
+        assert (refused.status, refused.headers["allow"]) == (405, "GET, HEAD"), refused.headers
+    finally:
+        connection.close()
 
 
 def test_a_side_port_connection_that_sends_nothing_is_closed_and_others_are_served(

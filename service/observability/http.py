@@ -211,7 +211,7 @@ class SideServer:
         connection.method = parts[0]
         path = urllib.parse.unquote(parts[1].split("?", 1)[0], "latin-1")
         if connection.method not in ("GET", "HEAD"):
-            self._answer(connection, "405 Method Not Allowed", b"use GET\n")
+            self._answer(connection, "405 Method Not Allowed", b"use GET or HEAD\n", allow="GET, HEAD")
         elif path == "/metrics":
             connection.deadline = time.monotonic() + self._idle_seconds
             self._scrapes.append(connection)
@@ -254,10 +254,13 @@ class SideServer:
         with contextlib.suppress(OSError):  # stopped meanwhile
             self._wake.send(b"e")
 
-    def _answer(self, connection: _Connection, status: str, body: bytes, content_type: str = _PLAIN) -> None:
+    def _answer(
+        self, connection: _Connection, status: str, body: bytes, content_type: str = _PLAIN, *, allow: str = ""
+    ) -> None:
         head = (
             f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n"
+            + (f"Allow: {allow}\r\n" if allow else "")  # a 405's: RFC 9110 §15.5.6
+            + "Connection: close\r\n\r\n"
         ).encode("latin-1")
         connection.answer = [memoryview(head)] + ([] if connection.method == "HEAD" else [memoryview(body)])
         connection.deadline = time.monotonic() + self._idle_seconds
