@@ -12,9 +12,11 @@ import json
 import re
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from mnemosyne.transport.auth import hash_token
 from mnemosyne.transport.http.api_docs import ASSETS as DOCS_ASSETS
@@ -100,7 +102,7 @@ class Connection:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from module_server(tmp_path_factory, "http-head", http=True)
+    yield from module_server(tmp_path_factory, "http-head", http=True, metrics=True)
 
 
 @pytest.fixture(scope="module")
@@ -270,3 +272,36 @@ def test_a_head_is_checked_as_its_get_is(secured: ServerProcess, token: str | No
         connection.nothing_left()
     finally:
         connection.close()
+
+
+def _calls(server: ServerProcess, method: str) -> float:
+    """The calls of ``method`` recorded OK (``mnemosyne_rpc_duration_seconds_count``)."""
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "mnemosyne_rpc_duration_seconds_count" and sample.labels == {
+                "code": "OK",
+                "method": method,
+            }:
+                return float(sample.value)
+    return 0.0
+
+
+def test_a_head_is_recorded_as_its_get_is(server: ServerProcess) -> None:
+    """Under its RPC's name (the mem0 endpoint's), as the GET would be: not as a call with no route."""
+    ping, mem0_ping = _calls(server, "/mnemosyne.v1.AdminService/Ping"), _calls(server, "mem0 ping")
+    connection = Connection(server.http_port)
+    try:
+        for path in ("/v1/ping", "/v1/ping", "/v1/ping", "/v1/ping/", "/v1/ping/"):
+            connection.ask("HEAD", path)
+            assert connection.answer(head=True)[0] == 200
+    finally:
+        connection.close()
+    deadline = time.monotonic() + 5  # a call is recorded as it ends, just after its answer is out
+    while True:
+        counted = (_calls(server, "/mnemosyne.v1.AdminService/Ping") - ping, _calls(server, "mem0 ping") - mem0_ping)
+        if counted == (3, 2) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert counted == (3, 2)
