@@ -229,14 +229,14 @@ def test_a_405_names_head_wherever_it_names_get(server: ServerProcess, verb: str
         connection.close()
 
 
-def test_a_head_writes_nothing(server: ServerProcess) -> None:
+def test_a_head_writes_nothing(server: ServerProcess, memory_id: str) -> None:
     """A HEAD is served as a read: on every GET route of a tenant never written, none comes into
     being."""
     fresh = "headnever"
     statuses = set()
     connection = Connection(server.http_port)
     try:
-        for path in _api_paths("m1") + _mem0_paths("m1"):
+        for path in _api_paths(memory_id) + _mem0_paths(memory_id):
             connection.ask("HEAD", path.replace(TENANT, fresh), {"Mnemosyne-Tenant": fresh})
             statuses.add(connection.answer(head=True)[0])
         connection.ask("GET", "/v1/tenants?pageSize=1000")
