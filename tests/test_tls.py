@@ -524,8 +524,8 @@ def test_members_under_mutual_tls_need_a_certificate_for_client_authentication(t
 
 def test_the_http_port_s_connection_cap_refuses_over_tls_as_in_plain_text(pki: Pki) -> None:
     """Over TLS a connection counts once its handshake is done: past the cap (here 1) the next is
-    answered 503 HTTP_CONNECTIONS_FULL inside TLS (no half-close there: it is closed after its
-    answer), and its place frees when the one held closes."""
+    answered 503 HTTP_CONNECTIONS_FULL inside TLS (no half-close there: it is read for a second
+    after its answer, then closed), and its place frees when the one held closes."""
     from mnemosyne.transport.http.server import HttpServer, HttpTls, bind
 
     async def ok(scope: Scope, receive: Receive, send: Send) -> None:
