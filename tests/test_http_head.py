@@ -8,6 +8,7 @@ Everything over real sockets to a real server, one connection kept alive across 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -17,11 +18,13 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.types import Receive, Scope, Send
 
 from mnemosyne.transport.auth import hash_token
 from mnemosyne.transport.http.api_docs import ASSETS as DOCS_ASSETS
 from mnemosyne.transport.http.console import ASSETS as CONSOLE_ASSETS
 from mnemosyne.transport.http.mem0 import ROUTES as MEM0_ROUTES
+from mnemosyne.transport.http.server import HttpServer, bind
 from tests.http_support import ROUTES, request
 from tests.support import ServerProcess, module_server
 
@@ -305,3 +308,29 @@ def test_a_head_is_recorded_as_its_get_is(server: ServerProcess) -> None:
             break
         time.sleep(0.05)
     assert counted == (3, 2)
+
+
+def test_the_port_s_own_refusal_of_a_head_has_no_body() -> None:
+    """A refusal the port writes itself in answer to a HEAD (408: its body stopped coming) is
+    its head alone, as every answer to a HEAD: its JSON body was written after it."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive()).get("more_body"):
+            pass
+
+    async def run() -> bytes:
+        server = await HttpServer.start(app, bind("127.0.0.1", 0), tls=None, body_pause_seconds=0.5)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"HEAD /x HTTP/1.1\r\nHost: h\r\nContent-Length: 8\r\n\r\nabc")
+            async with asyncio.timeout(10):
+                answer = await reader.read()  # to its close
+            writer.close()
+            return answer
+        finally:
+            await server.stop()
+
+    answer = asyncio.run(run())
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ") and b"content-length: " in head.lower(), answer[:300]
+    assert body == b"", answer[:300]

@@ -261,11 +261,16 @@ class _HeadTimedProtocol(HttpToolsProtocol):
             if cycle.response_started:  # half an answer is out: no other can follow it
                 self.transport.close()
                 return
+            # The refusal is this request's answer: a HEAD's has no body (RFC 9110 §9.3.2).
+            self._answer(status, error, head_only=cycle.scope["method"] == "HEAD")
+            return
         self._answer(status, error)
 
-    def _answer(self, status: int, error: MnemosyneError, read_seconds: float | None = None) -> None:
-        """Write the refusal, then read (and drop) what the client still sends (``_drop_rest``) for
-        ``read_seconds`` (``refused_read_seconds``)."""
+    def _answer(
+        self, status: int, error: MnemosyneError, read_seconds: float | None = None, *, head_only: bool = False
+    ) -> None:
+        """Write the refusal (its head only: ``head_only``), then read (and drop) what the client
+        still sends (``_drop_rest``) for ``read_seconds`` (``refused_read_seconds``)."""
         if self.transport.is_closing():
             return
         body = encode(to_status_proto(error))
@@ -273,7 +278,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         if error.retry_after_seconds is not None:
             head += f"retry-after: {max(1, math.ceil(error.retry_after_seconds))}\r\n"
         head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-        self.transport.write(head.encode("ascii") + body)
+        self.transport.write(head.encode("ascii") + (b"" if head_only else body))
         self._drop_rest(self.refused_read_seconds if read_seconds is None else read_seconds)
 
     def _drop_rest(self, seconds: float) -> None:
