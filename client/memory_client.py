@@ -1202,29 +1202,29 @@ class MemoryClient:
         """Every tenant's stats and their total (admin token), read from the whole stream of
         chunks (``chunk_size`` tenants each, 0: 100): NOT one snapshot, each tenant's stats come
         from its own transaction. Returns ``AggregateStats``; a tenant whose file is damaged is
-        in its ``damaged``, not in the total. Raises ``InvalidArgumentError``
-        (CHUNK_SIZE_INVALID)."""
+        in its ``damaged``, not in the total. A read: opened while the server is down or
+        restarting, it is opened again within the client's retry window; one that failed after
+        its first chunk raises. Raises ``InvalidArgumentError`` (CHUNK_SIZE_INVALID)."""
         tenants: dict[str, types.Stats] = {}
         damaged: dict[str, str] = {}
         total = convert.stats_from_proto(admin_pb2.StatsResponse())  # until the last chunk names it
         files_read, consistency, unanswered = 0, "", []
-        try:
-            for chunk in self.admin.AggregateStats(
-                self._sendable(admin_pb2.AggregateStatsRequest(chunk_size=chunk_size)),
-                timeout=self._timeout,
-                metadata=self._metadata,
-            ):
-                for row in chunk.tenants:
-                    if row.error_reason:
-                        damaged[row.tenant] = row.error_reason
-                    else:
-                        tenants[row.tenant] = convert.stats_from_proto(row.stats)
-                if chunk.HasField("total"):
-                    total = convert.stats_from_proto(chunk.total)
-                    files_read, consistency = chunk.files_read, chunk.consistency
-                    unanswered = list(chunk.unanswered_members)
-        except grpc.RpcError as exc:
-            raise self._failed(exc) from exc
+        request = self._sendable(admin_pb2.AggregateStatsRequest(chunk_size=chunk_size))
+        chunks: Iterator[admin_pb2.AggregateStatsChunk] = self._reopened(
+            lambda left: self.admin.AggregateStats(request, timeout=left, metadata=self._metadata),
+            timeout=self._timeout,
+            made=lambda chunk: chunk,
+        )
+        for chunk in chunks:
+            for row in chunk.tenants:
+                if row.error_reason:
+                    damaged[row.tenant] = row.error_reason
+                else:
+                    tenants[row.tenant] = convert.stats_from_proto(row.stats)
+            if chunk.HasField("total"):
+                total = convert.stats_from_proto(chunk.total)
+                files_read, consistency = chunk.files_read, chunk.consistency
+                unanswered = list(chunk.unanswered_members)
         return types.AggregateStats(
             tenants=tenants,
             total=total,
@@ -1334,22 +1334,33 @@ class MemoryClient:
         dropped stream without missing a transition, pass the last received ``Event.sequence`` as
         ``after_sequence``. The stream runs until ``timeout`` (None: forever; then it raises
         ``DeadlineExceededError``) or until you stop iterating (closing the generator cancels the
-        call). A stream that failed before its first event, UNAVAILABLE (the server down or
-        restarting) or refused for a limit (RESOURCE_EXHAUSTED, STREAMS_PER_TENANT_REACHED, with a
-        retry delay), is opened again as a read is called again, within the client's retry window;
-        one that failed after events raises, to be resumed with ``after_sequence``. Raises
+        call). A stream that failed, UNAVAILABLE (the server down or restarting) or refused for a
+        limit (RESOURCE_EXHAUSTED, STREAMS_PER_TENANT_REACHED, with a retry delay), is opened again
+        as a read is called again, within the client's retry window from that failure: after events,
+        from the last one given (its ``sequence`` as ``after_sequence``), so none is missed and none
+        given twice; it raises only once the window is over. Raises
         ``FailedPreconditionError`` (EVENTS_PRUNED: the event retention limit deleted transitions
         after ``after_sequence``; resume from the error's ``pruned_through_sequence`` metadata, or
         0 for everything kept)."""
         request = self._sendable(
             events_pb2.WatchEventsRequest(tenant=tenant, after_event_id=after_event_id, after_sequence=after_sequence)
         )
+
+        def watch(after: events_pb2.Event | None) -> Callable[[float | None], Any]:
+            resumed = request
+            if after is not None:  # after the last event delivered: none missed, none twice
+                resumed = events_pb2.WatchEventsRequest()
+                resumed.CopyFrom(request)
+                resumed.after_sequence = after.sequence
+            return lambda left: self.events.WatchEvents(resumed, timeout=left, metadata=self._metadata)
+
         yield from self._reopened(
-            lambda left: self.events.WatchEvents(request, timeout=left, metadata=self._metadata),
+            watch(None),
             timeout=checked_timeout(timeout),
             tenant=tenant,
             cancelled_ends=True,
             made=convert.event_from_proto,
+            resumed=watch,
         )
 
     def _reopened(
@@ -1360,30 +1371,33 @@ class MemoryClient:
         made: Callable[[Any], T],
         tenant: str = "",
         cancelled_ends: bool = False,
+        resumed: Callable[[Any], Callable[[float | None], Any]] | None = None,
     ) -> Generator[T, None, None]:
         """The messages, each ``made(message)``, of a server stream safe to open again,
         ``open_call(seconds left of timeout)`` opening it: one that failed before its first message (UNAVAILABLE, the server
         down or restarting; a refusal naming a retry delay) is opened again as a read is called
-        again, within the retry window from its first failure; one that failed after raises
-        (``cancelled_ends``: CANCELLED ends it quietly, a watch's). Ending the iteration cancels
-        the call."""
+        again, within the retry window from that failure; one that failed after raises, unless
+        ``resumed(last message delivered)`` opens it again from there (a watch's), as one that had
+        not answered (``cancelled_ends``: CANCELLED ends it quietly, a watch's). Ending the
+        iteration cancels the call."""
         budget = RetryBudget(0.0, 0, timeout)  # the stream's deadline; a window from its first failure
-        failing = False
+        failing, last = False, None
         while True:
-            call = open_call(budget.left())
+            call = open_call(budget.left()) if last is None or resumed is None else resumed(last)(budget.left())
             received = False
             try:
                 for message in call:
-                    received = True
+                    received, last = True, message
                     yield made(message)
                 return
             except grpc.RpcError as exc:
                 if cancelled_ends and exc.code() == grpc.StatusCode.CANCELLED:
                     return
                 error = self._failed(exc, tenant)
-                if not failing:  # a stream that ran long before it failed gets a whole window too
+                # A stream that ran before it failed gets a whole window (each outage its own).
+                if not failing or received:
                     budget, failing = RetryBudget(self._retry_window, self._retries, budget.left()), True
-                wait = None if received else budget.wait_after(error)
+                wait = None if received and resumed is None else budget.wait_after(error)
                 if wait is None:
                     raise error from exc
                 time.sleep(wait)

@@ -7,13 +7,14 @@ Before, the client gave up after 3 retries, 0.7 s, and a call across a restart o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from mnemosyne.client import BackupChunk, MemoryClient, TenantBackup, UnavailableError
 from mnemosyne.client.retry_window import RETRY_WINDOW_SECONDS
+from mnemosyne.client.types import Event
 from tests.support import ServerProcess
 
 DOWN_SECONDS = 2.0  # from the kill to the start again (which takes about a second more)
@@ -120,3 +121,57 @@ def test_an_export_opened_while_the_server_is_down_is_answered_by_it_once_back(s
         restarted.result(timeout=60)
     assert isinstance(manifest, TenantBackup) and manifest.tenant == "acme" and manifest.memories == 1
     assert chunks and all(isinstance(c, BackupChunk) for c in chunks)
+
+
+def _until_done(events: Iterator[Event], event_id: int) -> list[Event]:
+    """The events ``events`` gives up to the end of ``event_id``'s operation (its "succeeded")."""
+    taken = []
+    for event in events:
+        taken.append(event)
+        if (event.event_id, event.status) == (event_id, "succeeded"):
+            return taken
+    raise AssertionError(f"the stream ended before event {event_id} succeeded: {taken}")
+
+
+def test_a_watch_that_gave_events_is_resumed_on_the_server_back_with_no_gap_and_no_duplicate(server_factory) -> None:
+    """A watch that gave the transitions of three fast writes when the server is killed (SIGKILL,
+    started again 2 s later on its data directory) is opened again from the last one it gave and
+    goes on with those of three more, made across the restart: each transition of the tenant's log
+    once, in order, as a watch opened afterwards replays them (before, it raised UnavailableError
+    and the caller resumed it with ``after_sequence`` itself)."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client, ThreadPoolExecutor(1) as pool:
+        client.hot_path("acme", "enable")
+        watch = client.watch_events("acme", timeout=60)
+        ids = [client.retain("acme", f"Shipment {n} left the Porto depot", fast=True).event_id for n in range(3)]
+        seen = _until_done(watch, ids[-1])
+        server.kill()
+        restarted = pool.submit(_restart, server)
+        for n in range(3, 6):
+            ids.append(
+                client.retain("acme", f"Shipment {n} left the Porto depot", fast=True, request_id=f"s{n}").event_id
+            )
+        seen += _until_done(watch, ids[-1])
+        restarted.result(timeout=60)
+        watch.close()
+        replayed = _until_done(client.watch_events("acme", timeout=30), ids[-1])
+    assert [(e.sequence, e.event_id, e.status) for e in seen] == [(e.sequence, e.event_id, e.status) for e in replayed]
+    assert [e.sequence for e in seen] == sorted({e.sequence for e in seen})
+    assert {e.event_id for e in seen if e.status == "succeeded"} == set(ids)
+
+
+def test_aggregate_stats_asked_while_the_server_is_down_is_answered_by_it_once_back(server_factory) -> None:
+    """Every tenant's stats are a read: asked while the server is down (SIGKILL, started again 2 s
+    later), the stream is opened again on the server back (before, it raised UnavailableError)."""
+    server = server_factory().start()
+    with MemoryClient(server.target) as client, ThreadPoolExecutor(1) as pool:
+        client.retain("acme", "The quarterly report is due on the 5th")
+        client.retain("globex", "The board meets on Tuesdays")
+        server.kill()
+        restarted = pool.submit(_restart, server)
+        started = time.monotonic()
+        stats = client.aggregate_stats()
+        waited = time.monotonic() - started
+        restarted.result(timeout=60)
+    assert sorted(stats.tenants) == ["acme", "globex"] and stats.total.memories == 2
+    assert DOWN_SECONDS <= waited < RETRY_WINDOW_SECONDS

@@ -874,11 +874,13 @@ class MemoryClient {
 
   /**
    * Every tenant's stats (admin token), read as a stream of chunks: NOT one snapshot (each tenant
-   * read in a transaction of its own while writes go on: `consistency` says so).
+   * read in a transaction of its own while writes go on: `consistency` says so). A read: asked
+   * while the server is down or restarting, it is opened again within the retry window; one that
+   * failed after its first chunk throws.
    */
   async aggregateStats({ chunkSize = 0, timeoutMs } = {}) {
     const result = { tenants: {}, damaged: {}, total: null, filesRead: 0, consistency: '', unansweredMembers: [] };
-    for await (const chunk of this._stream(this.admin, 'AggregateStats', { chunk_size: chunkSize }, '', timeoutMs)) {
+    for await (const chunk of this._stream(this.admin, 'AggregateStats', { chunk_size: chunkSize }, '', timeoutMs, true)) {
       for (const row of chunk.tenants) {
         if (row.error_reason) result.damaged[row.tenant] = row.error_reason;
         else result.tenants[row.tenant] = row.stats;
@@ -1027,16 +1029,20 @@ class MemoryClient {
    * cancels it. Refused NOT_OWNER before its first message, it is sent once more, to the owner the
    * refusal's member list names, as a unary call is (`_streamRefused`). `retry` (a stream safe to
    * open again): failed before its first message, it is opened again as a read is called again,
-   * within the retry window from its first failure.
+   * within the retry window from that failure; failed after, it throws, unless `resumed(last
+   * message given)` is the request opening it again from there (a watch's), then opened as one
+   * that had not answered.
    */
-  async* _stream(stub, method, request, tenant, timeoutMs, retry = false) {
-    const sent = this._sendable(stub, method, request);
+  async* _stream(stub, method, request, tenant, timeoutMs, retry = false, resumed = null) {
+    let sent = this._sendable(stub, method, request);
     checkedTimeoutMs(timeoutMs);
     let sendTo = '';
     let refusedBy = null; // the member whose NOT_OWNER was followed (a stream follows one)
     let budget = new RetryBudget({ windowMs: 0, retries: 0, maxRetryDelayMs: 0 }, timeoutMs); // the deadline
     let failing = false;
+    let last = null;
     for (;;) {
+      if (last !== null && resumed !== null) sent = this._sendable(stub, method, resumed(last));
       const routed = this._routed(stub, tenant, sendTo);
       const leftMs = budget.leftMs();
       const call = routed.stub[method](sent, this._metadata(routed.route),
@@ -1046,6 +1052,7 @@ class MemoryClient {
       try {
         for await (const message of call) {
           answered = true;
+          last = message;
           yield message;
         }
         return;
@@ -1059,11 +1066,11 @@ class MemoryClient {
           sendTo = again;
           continue;
         }
-        if (!failing) { // a stream that ran long before it failed gets a whole window too
+        if (!failing || answered) { // a stream that ran before it failed gets a whole window (each outage its own)
           budget = this._retryBudget(budget.leftMs());
           failing = true;
         }
-        const delay = retry && !answered ? budget.waitAfter(failed) : null;
+        const delay = retry && (!answered || resumed !== null) ? budget.waitAfter(failed) : null;
         if (delay === null) throw failed;
         await sleep(delay);
       } finally {
@@ -1129,13 +1136,16 @@ class MemoryClient {
    * `for await (const e of client.watchEvents(tenant)) ...`; leaving the loop cancels the
    * stream. To resume a dropped stream without missing a transition, pass the last received
    * event's `sequence` as `afterSequence`. It runs until `timeoutMs` (default: no deadline).
-   * A stream that failed before its first event (UNAVAILABLE: the server down or restarting; a
-   * refusal for a limit with a RetryInfo) is opened again as a read is called again, within the
-   * retry window; one that failed after events throws: resume it with `afterSequence`.
+   * A stream that failed (UNAVAILABLE: the server down or restarting; a refusal for a limit with
+   * a RetryInfo) is opened again as a read is called again, within the retry window from that
+   * failure: after events, from the last one given (its `sequence` as `afterSequence`), so none is
+   * missed and none given twice; it throws only once the window is over.
    */
   async* watchEvents(tenant, { afterEventId = 0, afterSequence = 0, timeoutMs } = {}) {
     const request = { tenant, after_event_id: afterEventId, after_sequence: afterSequence };
-    const messages = this._stream(this.events, 'WatchEvents', request, tenant, timeoutMs, true);
+    // Opened again after events from the last one given: none missed, none given twice.
+    const resumed = (last) => ({ ...request, after_sequence: last.sequence });
+    const messages = this._stream(this.events, 'WatchEvents', request, tenant, timeoutMs, true, resumed);
     for await (const message of messages) yield event(message);
   }
 

@@ -246,7 +246,10 @@ export declare class MemoryClient {
     /** `pageSize` 0 or none: the server's default (100, or its --max-page-size when lower). */
     options?: { status?: EventStatus; acceptedAfter?: Date | number; pageSize?: number; pageToken?: string },
   ): Promise<EventPage>;
-  /** Status transitions, replayed then live; leaving the `for await` loop cancels the stream. */
+  /**
+   * Status transitions, replayed then live; leaving the `for await` loop cancels the stream. Cut by
+   * a restart of the server, it is opened again from the last event given, within the retry window.
+   */
   watchEvents(
     tenant: string,
     options?: { afterEventId?: Id | number | bigint; afterSequence?: Id | number | bigint; timeoutMs?: number },

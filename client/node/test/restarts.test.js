@@ -136,3 +136,57 @@ test('an export opened while the server is down is answered by it once back', as
     assert.ok(parts.length > 1 && parts.slice(1).every((p) => p.chunk));
   });
 });
+
+/** The events `iterator` gives up to the end of `eventId`'s operation (its 'succeeded'). */
+async function untilDone(iterator, eventId) {
+  const taken = [];
+  for (;;) {
+    const { value, done } = await iterator.next();
+    if (done) throw new Error(`the stream ended before event ${eventId} succeeded`);
+    taken.push(value);
+    if (value.eventId === eventId && value.status === 'succeeded') return taken;
+  }
+}
+
+test('a watch that gave events is resumed on the server back with no gap and no duplicate', async () => {
+  await withServer({}, async (first, client, start) => {
+    await client.hotPath('acme', 'enable');
+    const watching = client.watchEvents('acme', { timeoutMs: 60000 })[Symbol.asyncIterator]();
+    try {
+      const ids = [];
+      for (let n = 0; n < 3; n += 1) ids.push((await client.retain('acme', `Shipment ${n} left the Porto depot`, { fast: true })).eventId);
+      const seen = await untilDone(watching, ids.at(-1));
+      await first.kill();
+      const back = restarted(first, start);
+      for (let n = 3; n < 6; n += 1) {
+        ids.push((await client.retain('acme', `Shipment ${n} left the Porto depot`, { fast: true, requestId: `s${n}` })).eventId);
+      }
+      seen.push(...await untilDone(watching, ids.at(-1)));
+      await back;
+      // A watch opened afterwards replays the tenant's log: the same transitions, each once, in order.
+      const again = client.watchEvents('acme', { timeoutMs: 30000 })[Symbol.asyncIterator]();
+      const replayed = await untilDone(again, ids.at(-1)).finally(() => again.return());
+      const row = (e) => [String(e.sequence), e.eventId, e.status];
+      assert.deepEqual(seen.map(row), replayed.map(row));
+      assert.deepEqual(new Set(seen.filter((e) => e.status === 'succeeded').map((e) => e.eventId)), new Set(ids));
+    } finally {
+      await watching.return();
+    }
+  });
+});
+
+test('aggregate stats asked while the server is down are answered by it once back', async () => {
+  await withServer({}, async (first, client, start) => {
+    await client.retain('acme', 'The quarterly report is due on the 5th');
+    await client.retain('globex', 'The board meets on Tuesdays');
+    await first.kill();
+    const back = restarted(first, start);
+    const began = Date.now();
+    const stats = await client.aggregateStats();
+    const waited = Date.now() - began;
+    await back;
+    assert.deepEqual(Object.keys(stats.tenants).sort(), ['acme', 'globex']);
+    assert.equal(Number(stats.total.memories), 2);
+    assert.ok(waited >= DOWN_MS && waited < 15000, `answered after ${waited} ms`);
+  });
+});
