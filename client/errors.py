@@ -134,7 +134,9 @@ class DeadlineExceededError(MnemosyneClientError):
 
 class UnavailableError(MnemosyneClientError):
     """UNAVAILABLE: nothing answered, or the server cannot serve now (SHUTTING_DOWN,
-    TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE, MEMBERS_CHANGING). Raised after the client's own retries; safe
+    TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE, MEMBERS_CHANGING, FILE_LIMIT, REPLICA_UNREACHABLE).
+    Raised after the client's own retries (at once when the server names no retry delay: no wait
+    clears it, e.g. REPLICA_UNREACHABLE for a replica URL or keys that are wrong); safe
     to repeat a read, or a write with the same request id."""
 
 

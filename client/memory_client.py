@@ -147,7 +147,8 @@ class MemoryClient:
     ``credentials`` TLS channel credentials (``grpc.ssl_channel_credentials(...)``) for a TLS
     server; ``timeout`` the per-call deadline in seconds (the whole call's, its retries
     included). A call that is safe to repeat (a read, a write carrying a request id) is tried again
-    after UNAVAILABLE, or after a refusal for a server limit that names a retry delay, for
+    after UNAVAILABLE (one the server names, its reason: only when it names a retry delay, its word
+    that waiting clears it), or after a refusal for a server limit that names a retry delay, for
     ``retry_window`` seconds (15 by default, 0 to 3600; never past the call's deadline): a call in
     flight across a restart of the server, or made while it is down, is answered by the server
     back, and one to a server that stays gone raises ``UnavailableError`` within the window. The
@@ -181,8 +182,8 @@ class MemoryClient:
     a number past its field's range; OCCURRED_AT_INVALID, EXPIRES_AT_INVALID, TIMESTAMP_INVALID, a
     time that is NaN, infinite, or outside the years 1 to 9999), ``ResourceExhaustedError`` (``<LIMIT>_REACHED``: a server admission limit, waited out
     and retried when the call is safe to repeat; DISK_FULL), ``UnavailableError`` (the server is
-    unreachable, SHUTTING_DOWN, TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE: retried, then
-    raised), ``DeadlineExceededError`` (the call outlived ``timeout``), ``DataLossError``
+    unreachable, SHUTTING_DOWN, TENANT_BUSY, TENANT_MOVING, OWNER_UNAVAILABLE, FILE_LIMIT: retried,
+    then raised; REPLICA_UNREACHABLE for a replica URL or keys that are wrong: raised at once), ``DeadlineExceededError`` (the call outlived ``timeout``), ``DataLossError``
     (TENANT_CORRUPT: the tenant's file is damaged) and ``FailedPreconditionError`` (NOT_OWNER: a
     member that does not hold the tenant; a client given ``members`` follows it on its own). A
     read or write carrying a session token may also fail with the token's own errors:

@@ -11,8 +11,16 @@ call's own deadline: the tries share it.
 Between tries a backoff from 0.1 s, doubling, at most 1 s, each wait a random part of it (half to
 all): the clients of a restarted server do not come back in step, and one finds it within about
 a second of its return (the channel itself tries to connect every 0.5 s at most: memory_client.py
-``_CHANNEL_OPTIONS``). A refusal naming a retry delay (google.rpc.RetryInfo: an admission limit,
-SHUTTING_DOWN, MEMBERS_CHANGING) waits that delay instead, at most ``MAX_RETRY_DELAY_SECONDS``.
+``_CHANNEL_OPTIONS``).
+
+A refusal the server names (an UNAVAILABLE with its ErrorInfo reason) is the server's word on
+whether waiting can clear it: tried again only when it names a retry delay (google.rpc.RetryInfo:
+TENANT_MOVING, OWNER_UNAVAILABLE, FILE_LIMIT, SHUTTING_DOWN, TENANT_BUSY, MEMBERS_CHANGING,
+REPLICA_UNREACHABLE while object storage does not answer, an admission limit), after that delay
+(at most ``MAX_RETRY_DELAY_SECONDS``) and within the same window; one without (REPLICA_UNREACHABLE
+for a replica URL or keys that are wrong, a model that failed the server's own tries) is raised
+at once, since no wait clears it. Only a failure without ErrorInfo (nothing answered: the server
+down or restarting) is tried with the backoff above.
 """
 
 from __future__ import annotations
@@ -59,7 +67,8 @@ class RetryBudget:
         (another failure, the retries or the window spent). The caller knows the call is safe to
         repeat."""
         delay = error.retry_after_seconds
-        if error.code == grpc.StatusCode.UNAVAILABLE and not delay:
+        named = error.reason != error.code.name  # the server's ErrorInfo: not a connection that failed
+        if error.code == grpc.StatusCode.UNAVAILABLE and not named:
             wait = random.uniform(self._backoff / 2, self._backoff)
             self._backoff = min(2 * self._backoff, MAX_BACKOFF_SECONDS)
         elif error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED) and delay is not None:

@@ -148,7 +148,7 @@ class LostTenants:
         """Whether ``tenant`` was restored here (False: not this member's, or not restorable), or
         the UNAVAILABLE that stopped it (it is looked at again at the next pass)."""
         if self._stopping.is_set():
-            return Unavailable("the server is stopping", reason=RESTORING_FROM_REPLICA)
+            return Unavailable("the server is stopping", reason=RESTORING_FROM_REPLICA, retry_after_seconds=1.0)
         self._pace()
         try:
             if not self._own(tenant, self._replicator.holder(tenant)):

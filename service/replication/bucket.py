@@ -64,17 +64,20 @@ class Bucket:
 
     def _unreachable(self, doing: str, exc: Exception) -> Unavailable:
         code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, botocore.exceptions.ClientError) else ""
+        # A wrong setting is no outage: no retry delay, so a client raises it at once rather than
+        # waiting out its retry window for an operator's fix.
+        retry_after: float | None = None
         if isinstance(exc, _NO_KEYS):  # no answer will come: nothing was sent
             remedy = "no keys for object storage were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         elif code in _MISCONFIGURED:
             remedy = "the replica URL's bucket or the AWS_* keys are wrong: correct them"
         else:
-            remedy = "retry once it answers"
+            remedy, retry_after = "retry once it answers", 1.0
         return Unavailable(
             f"object storage (bucket {self.url.bucket} at {self.url.endpoint or 'AWS'}) could not be asked {doing}: "
             f"{exc}; {remedy}",
             reason=UNREACHABLE,
-            retry_after_seconds=1.0,
+            retry_after_seconds=retry_after,
         )
 
     def _pages(self, doing: str, **listing: Any) -> Iterator[dict[str, Any]]:

@@ -178,6 +178,7 @@ def _restore(bucket: Bucket, tenant: str, generation: int, file: str, output: Pa
         raise Unavailable(
             f"restoring tenant {tenant} from object storage took more than {RESTORE_SECONDS:.0f}s; retry",
             reason="REPLICA_UNREACHABLE",
+            retry_after_seconds=1.0,
         ) from None
     if done.returncode == 0:
         scrub_file(output)  # Litestream wrote its pages: what splits left in them goes (store/page_scrub.py)

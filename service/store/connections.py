@@ -112,4 +112,5 @@ def open_with_room(open_files: Callable[[], T], make_room: Callable[[], bool]) -
                 "the server cannot open another file right now (its open-file limit is reached and every "
                 "open tenant is in use); retry shortly",
                 reason="FILE_LIMIT",
+                retry_after_seconds=1.0,
             )

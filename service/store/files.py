@@ -60,7 +60,7 @@ def checkpoint_away(path: Path, busy: str) -> None:
         connection.set_busy_timeout(BUSY_TIMEOUT_MS)  # a glance at the file (a placement) ends soon
         connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
     except apsw.BusyError:
-        raise Unavailable(busy, reason="TENANT_BUSY") from None
+        raise Unavailable(busy, reason="TENANT_BUSY", retry_after_seconds=1.0) from None
     except apsw.Error:
         pass  # damaged: nothing of it can be moved
     finally:

@@ -23,6 +23,8 @@ from mnemosyne.store.tenant_store import TenantStore
 FILES_PER_OPEN_TENANT = 8
 # Descriptors kept free for everything else: sockets, the recovery index, logs, libraries.
 RESERVED_FILES = 128
+# A tenant closed off (moved, erased) or in use clears within seconds: the wait its refusal names.
+RETRY_SECONDS = 0.5
 
 log = logging.getLogger("mnemosyne.store")
 
@@ -82,7 +84,11 @@ class OpenStores:
                 raise FailedPrecondition("the store is closed", reason="STORE_CLOSED")
             closed_off = self._closed_off.get(tenant)
             if closed_off is not None:
-                raise Unavailable(f"tenant {tenant} is being {closed_off[0]}; retry shortly", reason=closed_off[1])
+                raise Unavailable(
+                    f"tenant {tenant} is being {closed_off[0]}; retry shortly",
+                    reason=closed_off[1],
+                    retry_after_seconds=RETRY_SECONDS,
+                )
             entry = self._open.get(tenant)
             if entry is not None:
                 entry.users += 1
@@ -158,6 +164,7 @@ class OpenStores:
                     raise Unavailable(
                         f"tenant {tenant} stayed in use for {timeout:.0f}s; it was not {doing}, retry",
                         reason="TENANT_BUSY",
+                        retry_after_seconds=RETRY_SECONDS,
                     )
                 time.sleep(0.01)
             if entry is not None:

@@ -102,7 +102,9 @@ def read_file(path: Path, make_room: Callable[[], bool] | None = None, *, copy: 
         raise translate_sqlite_error(exc, path.name) from exc
     except apsw.BusyError:
         raise Unavailable(
-            f"{path.name} stayed locked by a writer for {BUSY_TIMEOUT_MS // 1000} s; retry", reason="TENANT_BUSY"
+            f"{path.name} stayed locked by a writer for {BUSY_TIMEOUT_MS // 1000} s; retry",
+            reason="TENANT_BUSY",
+            retry_after_seconds=1.0,
         ) from None
 
 

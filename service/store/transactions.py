@@ -103,6 +103,7 @@ def truncate_wal(connection: apsw.Connection, name: str, readers: ReadGate | Non
             f"kept it for {WAL_TRUNCATE_TIMEOUT_SECONDS:.0f}s; send the call again (a forget, or the same "
             "request) to finish it",
             reason="ERASURE_BUSY",
+            retry_after_seconds=1.0,
         )
 
 

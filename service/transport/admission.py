@@ -284,7 +284,7 @@ class Admission:
         """Admit a call (pair with ``leave``), or raise Unavailable when shutting down."""
         self._last_arrival = time.monotonic()
         if not self._open:
-            raise Unavailable("the server is shutting down; retry (the call was not executed)", reason="SHUTTING_DOWN")
+            raise _shutting_down("the server is shutting down; retry (the call was not executed)")
         self._active += 1
 
     def leave(self) -> None:
@@ -589,8 +589,12 @@ class Admission:
 
 
 def _cut() -> Unavailable:
-    return Unavailable(
+    return _shutting_down(
         "the server is shutting down and its grace period ended before this call finished (it may still "
-        "take effect); call again once it is back",
-        reason="SHUTTING_DOWN",
+        "take effect); call again once it is back"
     )
+
+
+def _shutting_down(message: str) -> Unavailable:
+    # A restart follows a shutdown within seconds: the client waits a second and calls again.
+    return Unavailable(message, reason="SHUTTING_DOWN", retry_after_seconds=1.0)

@@ -195,6 +195,7 @@ def _unless_stopped(hot_path: HotPath, awaited: str) -> None:
         raise Unavailable(
             f"the server is shutting down: it stopped waiting for {awaited}; call again once it is back",
             reason="SHUTTING_DOWN",
+            retry_after_seconds=1.0,
         )
 
 

@@ -6,9 +6,14 @@
 // SIGKILL and start again) takes seconds, and a call in flight across it is answered by the server
 // back; one to a server that stays gone fails within the window. Between tries a backoff from
 // 100 ms, doubling, at most 1 s, each wait a random half to all of it (the clients of a restarted
-// server do not come back in step); a refusal naming a retry delay (google.rpc.RetryInfo: an
-// admission limit, SHUTTING_DOWN, MEMBERS_CHANGING) waits that delay instead, at most
-// `maxRetryDelayMs`. RESOURCE_EXHAUSTED without a RetryInfo (a quota) is final.
+// server do not come back in step). A refusal the server names (an UNAVAILABLE with its ErrorInfo
+// reason) is the server's word on whether waiting can clear it: tried again only when it names a
+// retry delay (google.rpc.RetryInfo: TENANT_MOVING, OWNER_UNAVAILABLE, FILE_LIMIT, SHUTTING_DOWN,
+// TENANT_BUSY, MEMBERS_CHANGING, REPLICA_UNREACHABLE while object storage does not answer, an
+// admission limit), after that delay (at most `maxRetryDelayMs`), within the same window; one
+// without (REPLICA_UNREACHABLE for a replica URL or keys that are wrong) is thrown at once. Only a
+// failure without ErrorInfo (the server down or restarting) takes the backoff.
+// RESOURCE_EXHAUSTED without a RetryInfo (a quota) is final.
 const grpc = require('@grpc/grpc-js');
 const { MnemosyneError } = require('./errors');
 
@@ -45,7 +50,8 @@ class RetryBudget {
   waitAfter(err) {
     if (!(err instanceof MnemosyneError)) return null;
     let wait;
-    if (err.code === grpc.status.UNAVAILABLE && !err.retryDelayMs) {
+    const named = err.reason !== '' && err.reason !== 'UNAVAILABLE'; // the server's ErrorInfo: no failed connection
+    if (err.code === grpc.status.UNAVAILABLE && !named) {
       wait = this._backoffMs * (0.5 + Math.random() / 2);
       this._backoffMs = Math.min(2 * this._backoffMs, MAX_BACKOFF_MS);
     } else if ((err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.RESOURCE_EXHAUSTED) && err.retryDelayMs !== null) {

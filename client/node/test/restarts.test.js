@@ -190,3 +190,51 @@ test('aggregate stats asked while the server is down are answered by it once bac
     assert.ok(waited >= DOWN_MS && waited < 15000, `answered after ${waited} ms`);
   });
 });
+
+// A refusal the server names (UNAVAILABLE with its ErrorInfo reason) is the server's word on
+// whether waiting clears it (src/retry_window.js; the Python client's tests/test_client_retry_reasons.py).
+const NO_STORE = ['--replica-url', 's3://nowhere/p?endpoint=http://127.0.0.1:1']; // nothing listens there
+
+test('a replica refusal no wait clears is thrown at once, not after the window', async () => {
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), 'mnemosyne-node-home-'));
+  const env = {
+    AWS_ACCESS_KEY_ID: '',
+    AWS_SECRET_ACCESS_KEY: '',
+    AWS_SHARED_CREDENTIALS_FILE: path.join(home, 'none'),
+    AWS_CONFIG_FILE: path.join(home, 'none'),
+    AWS_EC2_METADATA_DISABLED: 'true',
+    HOME: home,
+  };
+  try {
+    await withServer({ env, args: NO_STORE }, async (first, client) => {
+      const began = Date.now();
+      await assert.rejects(client.retain('fresh', 'must not wait out a setting that is wrong', { requestId: 'r1' }), (err) => {
+        assert.deepEqual([err.code, err.reason, err.retryDelayMs], [grpc.status.UNAVAILABLE, 'REPLICA_UNREACHABLE', null]);
+        assert.match(err.message, /set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY/);
+        return true;
+      });
+      const took = Date.now() - began;
+      assert.ok(took < 3000, `thrown after ${took} ms`); // the window is 15 s
+    });
+  } finally {
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+});
+
+test('a replica refusal that clears when object storage answers is waited out within the window', async () => {
+  const env = { AWS_ACCESS_KEY_ID: 'test', AWS_SECRET_ACCESS_KEY: 'test-secret' };
+  await withServer({ env, args: NO_STORE }, async (first) => {
+    const client = new MemoryClient(first.target, { retryWindowMs: 3000 });
+    try {
+      const began = Date.now();
+      await assert.rejects(client.retain('fresh', 'waits for object storage to answer', { requestId: 'r1' }), (err) => {
+        assert.deepEqual([err.reason, err.retryDelayMs], ['REPLICA_UNREACHABLE', 1000]);
+        return true;
+      });
+      const took = Date.now() - began;
+      assert.ok(took >= 2000 && took < 15000, `thrown after ${took} ms`); // called again until the window ended
+    } finally {
+      client.close();
+    }
+  });
+});
