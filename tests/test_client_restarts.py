@@ -133,19 +133,23 @@ def _until_done(events: Iterator[Event], event_id: int) -> list[Event]:
     raise AssertionError(f"the stream ended before event {event_id} succeeded: {taken}")
 
 
-def test_a_watch_that_gave_events_is_resumed_on_the_server_back_with_no_gap_and_no_duplicate(server_factory) -> None:
-    """A watch that gave the transitions of three fast writes when the server is killed (SIGKILL,
-    started again 2 s later on its data directory) is opened again from the last one it gave and
-    goes on with those of three more, made across the restart: each transition of the tenant's log
-    once, in order, as a watch opened afterwards replays them (before, it raised UnavailableError
-    and the caller resumed it with ``after_sequence`` itself)."""
+@pytest.mark.parametrize("stop", ["kill", "terminate"])
+def test_a_watch_that_gave_events_is_resumed_on_the_server_back_with_no_gap_and_no_duplicate(
+    server_factory, stop: str
+) -> None:
+    """A watch that gave the transitions of three fast writes when the server stops (SIGKILL, or
+    SIGTERM's graceful stop; started again 2 s later on its data directory) is opened again from
+    the last one it gave and goes on with those of three more, made across the restart: each
+    transition of the tenant's log once, in order, as a watch opened afterwards replays them
+    (before, it raised UnavailableError after a kill, and after a graceful stop it simply ended,
+    as if the stream were over; the caller resumed it with ``after_sequence`` itself)."""
     server = server_factory().start()
     with MemoryClient(server.target) as client, ThreadPoolExecutor(1) as pool:
         client.hot_path("acme", "enable")
         watch = client.watch_events("acme", timeout=60)
         ids = [client.retain("acme", f"Shipment {n} left the Porto depot", fast=True).event_id for n in range(3)]
         seen = _until_done(watch, ids[-1])
-        server.kill()
+        getattr(server, stop)()
         restarted = pool.submit(_restart, server)
         for n in range(3, 6):
             ids.append(

@@ -148,7 +148,8 @@ async function untilDone(iterator, eventId) {
   }
 }
 
-test('a watch that gave events is resumed on the server back with no gap and no duplicate', async () => {
+// SIGKILL, and SIGTERM's graceful stop (which ended a watch as if it were over).
+for (const stop of ['kill', 'stop']) test(`a watch that gave events is resumed on the server back with no gap and no duplicate (${stop})`, async () => {
   await withServer({}, async (first, client, start) => {
     await client.hotPath('acme', 'enable');
     const watching = client.watchEvents('acme', { timeoutMs: 60000 })[Symbol.asyncIterator]();
@@ -156,7 +157,7 @@ test('a watch that gave events is resumed on the server back with no gap and no 
       const ids = [];
       for (let n = 0; n < 3; n += 1) ids.push((await client.retain('acme', `Shipment ${n} left the Porto depot`, { fast: true })).eventId);
       const seen = await untilDone(watching, ids.at(-1));
-      await first.kill();
+      await first[stop]();
       const back = restarted(first, start);
       for (let n = 3; n < 6; n += 1) {
         ids.push((await client.retain('acme', `Shipment ${n} left the Porto depot`, { fast: true, requestId: `s${n}` })).eventId);

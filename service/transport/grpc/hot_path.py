@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from mnemosyne.engine import limits as check
 from mnemosyne.engine.engine import Engine
+from mnemosyne.errors import Unavailable
 from mnemosyne.transport import convert_hot_path, waits
 from mnemosyne.transport.call import Call, reading, waiting
 from mnemosyne.transport.consistency import asks_replicated, carried
@@ -74,3 +75,13 @@ class EventsServicer(events_pb2_grpc.EventsServiceServicer):
             self._hot_path, call, after_event_id=request.after_event_id, after_sequence=request.after_sequence
         ):
             yield convert_hot_path.to_event(event)
+        if self._hot_path.streams_ended:
+            # A watch ends only when the server stops (no deadline ends it well): not an end the
+            # caller may take for the stream's, but UNAVAILABLE with a retry delay, so a client
+            # opens it again on the server back from the last event it got.
+            raise Unavailable(
+                "the server is shutting down and ended this watch; open it again with after_sequence, the "
+                "sequence of the last event received, once it is back",
+                reason="SHUTTING_DOWN",
+                retry_after_seconds=1.0,
+            )
