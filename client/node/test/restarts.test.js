@@ -8,11 +8,13 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
 const grpc = require('@grpc/grpc-js');
 const { MemoryClient } = require('../src');
+const { ownerOf } = require('../src/routing');
 const { startServer } = require('../test-support/support');
 
 const DOWN_MS = 2000; // from the death to the start again (which takes about a second more)
@@ -50,6 +52,15 @@ async function restarted(server, start) {
 }
 
 const isUnavailable = (err) => err.code === grpc.status.UNAVAILABLE;
+
+/** A loopback port nothing listens on (a member's, named in the member list before it starts). */
+async function freePort() {
+  const probe = net.createServer();
+  await new Promise((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address();
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
 
 test('a retain whose reply a crash lost is answered by the server back and applied once', async () => {
   await withServer({ env: { MNEMOSYNE_TEST_CRASH_AFTER_COMMIT: 'retain' } }, async (first, client, start) => {
@@ -238,4 +249,46 @@ test('a replica refusal that clears when object storage answers is waited out wi
       client.close();
     }
   });
+});
+
+test('a write refused while its tenant moves is waited out and applied once the move ends', async () => {
+  const ids = ['m0', 'm1'];
+  const ports = { m0: await freePort(), m1: await freePort() };
+  const members = ids.map((m) => `${m}=127.0.0.1:${ports[m]}`).join(',');
+  let tenant = '';
+  for (let i = 0; ownerOf(tenant = `moving-${i}`, ids) !== 'm0'; i += 1);
+  const dataDirs = ids.map(() => fs.mkdtempSync(path.join(os.tmpdir(), 'mnemosyne-node-move-')));
+  const servers = [];
+  const client = new MemoryClient('', { members });
+  const probe = new MemoryClient(`127.0.0.1:${ports.m0}`, { retryWindowMs: 0 }); // tried once
+  try {
+    // The source holds the move after its fence (the MNEMOSYNE_TEST_MOVE_HOLD_AFTER seam).
+    for (const [i, m] of ids.entries()) {
+      const env = m === 'm0' ? { MNEMOSYNE_TEST_MOVE_HOLD_AFTER: 'fenced' } : {};
+      servers.push(await startServer({ dataDir: dataDirs[i], port: ports[m], env, args: ['--member', m, '--members', members] }));
+    }
+    await client.retain(tenant, 'The Porto depot opens at 07:00');
+    const held = client.moveTenant(tenant, 'm1', { member: 'm0', timeoutMs: 4000 });
+    for (let fenced = false; !fenced;) { // a write tried once is refused TENANT_MOVING once fenced
+      fenced = await probe.retain(tenant, 'a probe of the fence').then(() => false, (err) => err.reason === 'TENANT_MOVING');
+      if (!fenced) await sleep(100);
+    }
+    const began = Date.now();
+    let written = null;
+    const writing = client.retain(tenant, 'The Porto depot opens at 08:00', { requestId: 'w1' }).then((r) => { written = r; });
+    await assert.rejects(held, (err) => err.code === grpc.status.DEADLINE_EXCEEDED); // given up: still fenced
+    assert.equal(written, null);
+    await client.moveTenant(tenant, 'm1', { member: 'm0' }); // asked again, it goes on and ends
+    await writing;
+    const waited = Date.now() - began;
+    assert.equal(written.status, 'created');
+    assert.ok(waited < 15000, `answered after ${waited} ms`);
+    const texts = (await client.listMemories(tenant)).memories.map((m) => m.text).filter((t) => !t.includes('probe'));
+    assert.deepEqual(texts.sort(), ['The Porto depot opens at 07:00', 'The Porto depot opens at 08:00']);
+  } finally {
+    client.close();
+    probe.close();
+    for (const server of servers) await server.kill();
+    for (const dir of dataDirs) fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
