@@ -20,7 +20,8 @@ REPLICA_UNREACHABLE while object storage does not answer, an admission limit), a
 (at most ``MAX_RETRY_DELAY_SECONDS``) and within the same window; one without (REPLICA_UNREACHABLE
 for a replica URL or keys that are wrong, a model that failed the server's own tries) is raised
 at once, since no wait clears it. Only a failure without ErrorInfo (nothing answered: the server
-down or restarting) is tried with the backoff above.
+down or restarting) is tried with the backoff above, and the reasons of ``CLEARED_BY_WAITING``
+without a delay: servers up to 0.1.0 sent them so.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ MAX_RETRY_DELAY_SECONDS = 5.0
 MAX_RETRIES = 100
 FIRST_BACKOFF_SECONDS = 0.1
 MAX_BACKOFF_SECONDS = 1.0
+# UNAVAILABLE reasons that waiting clears, which servers up to 0.1.0 sent without a retry delay
+# (later ones send one): tried with the backoff, as a restart, so a client newer than its server
+# still rides out a shutdown or a tenant busy (client/node/src/retry_window.js keeps the same).
+CLEARED_BY_WAITING = frozenset(
+    {"SHUTTING_DOWN", "TENANT_BUSY", "ERASURE_BUSY", "FILE_LIMIT", "TENANT_ERASING", "TENANT_MOVING"}
+)
 
 
 class RetryBudget:
@@ -68,7 +75,11 @@ class RetryBudget:
         repeat."""
         delay = error.retry_after_seconds
         named = error.reason != error.code.name  # the server's ErrorInfo: not a connection that failed
-        if error.code == grpc.StatusCode.UNAVAILABLE and not named:
+        if (
+            error.code == grpc.StatusCode.UNAVAILABLE
+            and not delay
+            and (not named or error.reason in CLEARED_BY_WAITING)
+        ):
             wait = random.uniform(self._backoff / 2, self._backoff)
             self._backoff = min(2 * self._backoff, MAX_BACKOFF_SECONDS)
         elif error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED) and delay is not None:

@@ -3,7 +3,8 @@ whether waiting clears it (client/retry_window.py): with a retry delay (google.r
 Python client calls again within its retry window, as after a restart; without one it raises at
 once. Real servers on loopback: one whose replica URL or keys are wrong (REPLICA_UNREACHABLE that
 no wait clears), one whose object storage does not answer (REPLICA_UNREACHABLE that clears when
-it answers), two members moving a tenant (TENANT_MOVING, which clears when the move ends).
+it answers), two members moving a tenant (TENANT_MOVING, which clears when the move ends); and a
+server answering as one up to 0.1.0 did, some reasons that waiting clears without a delay.
 client/node/test/restarts.test.js holds the Node client to the same."""
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
+from google.protobuf import duration_pb2
+from google.rpc.error_details_pb2 import ErrorInfo, RetryInfo
 
 from mnemosyne.cli.server_process import _free_port
 from mnemosyne.client import DeadlineExceededError, MemoryClient, UnavailableError
@@ -20,7 +24,7 @@ from mnemosyne.client.retry_window import RETRY_WINDOW_SECONDS
 from mnemosyne.store.membership import owner_of
 from mnemosyne.store.ownership import MOVE_STEP_KEY
 from tests.replica_support import replica_env
-from tests.support import wait_until
+from tests.support import RefusingServer, status_details, wait_until
 from tests.test_moves import ADMIN, Deployment, record
 
 
@@ -105,3 +109,35 @@ def test_a_write_refused_while_its_tenant_moves_is_waited_out_and_applied_once_t
             assert len(there.list_memories(tenant).memories) == 2
     finally:
         deployment.stop()
+
+
+@pytest.mark.parametrize(
+    ("reason", "delay", "calls"),
+    [
+        ("SHUTTING_DOWN", None, 3),
+        ("TENANT_BUSY", None, 3),
+        ("FILE_LIMIT", None, 3),
+        ("REPLICA_UNREACHABLE", None, 1),
+        ("EXTRACTION_FAILED", None, 1),
+        ("REPLICA_UNREACHABLE", 0.05, 3),
+    ],
+)
+def test_a_named_refusal_without_a_delay_is_tried_again_only_for_a_reason_waiting_clears(
+    reason: str, delay: float | None, calls: int
+) -> None:
+    """A server up to 0.1.0 sent SHUTTING_DOWN, TENANT_BUSY, FILE_LIMIT... without a retry delay
+    (ours sends one now; this one on loopback answers as they did): a newer client still tries
+    them again, as after a restart, so it rides out an older server's shutdown. Another reason
+    without a delay is the server's word that no wait clears it: one try (before, each was tried
+    for the whole window); with a delay, tried again after it."""
+    server = RefusingServer()
+    server.code, server.message = grpc.StatusCode.UNAVAILABLE, "refused"
+    named = ErrorInfo(reason=reason, domain="mnemosyne.v1")
+    waiting = [RetryInfo(retry_delay=duration_pb2.Duration(nanos=int(delay * 1e9)))] if delay is not None else []
+    server.details = status_details(grpc.StatusCode.UNAVAILABLE, "refused", named, *waiting)
+    try:
+        with MemoryClient(server.address, retries=2) as client, pytest.raises(UnavailableError) as raised:
+            client.recall("acme", "x")
+        assert (raised.value.reason, server.calls) == (reason, calls)
+    finally:
+        server.stop()

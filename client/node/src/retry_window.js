@@ -12,7 +12,8 @@
 // TENANT_BUSY, MEMBERS_CHANGING, REPLICA_UNREACHABLE while object storage does not answer, an
 // admission limit), after that delay (at most `maxRetryDelayMs`), within the same window; one
 // without (REPLICA_UNREACHABLE for a replica URL or keys that are wrong) is thrown at once. Only a
-// failure without ErrorInfo (the server down or restarting) takes the backoff.
+// failure without ErrorInfo (the server down or restarting) takes the backoff, and the reasons of
+// `CLEARED_BY_WAITING` without a delay: servers up to 0.1.0 sent them so.
 // RESOURCE_EXHAUSTED without a RetryInfo (a quota) is final.
 const grpc = require('@grpc/grpc-js');
 const { MnemosyneError } = require('./errors');
@@ -21,6 +22,10 @@ const DEFAULT_RETRY_WINDOW_MS = 15000;
 const MAX_RETRY_WINDOW_MS = 3600 * 1000; // more only keeps a caller waiting on a server that is gone
 const FIRST_BACKOFF_MS = 100;
 const MAX_BACKOFF_MS = 1000;
+// UNAVAILABLE reasons that waiting clears, which servers up to 0.1.0 sent without a retry delay
+// (later ones send one): tried with the backoff, as a restart, so a client newer than its server
+// still rides out a shutdown or a tenant busy (client/retry_window.py keeps the same).
+const CLEARED_BY_WAITING = new Set(['SHUTTING_DOWN', 'TENANT_BUSY', 'ERASURE_BUSY', 'FILE_LIMIT', 'TENANT_ERASING', 'TENANT_MOVING']);
 
 /**
  * The tries of one call: the time left of its deadline (`timeoutMs` from now; null: none) and the
@@ -51,7 +56,7 @@ class RetryBudget {
     if (!(err instanceof MnemosyneError)) return null;
     let wait;
     const named = err.reason !== '' && err.reason !== 'UNAVAILABLE'; // the server's ErrorInfo: no failed connection
-    if (err.code === grpc.status.UNAVAILABLE && !named) {
+    if (err.code === grpc.status.UNAVAILABLE && !err.retryDelayMs && (!named || CLEARED_BY_WAITING.has(err.reason))) {
       wait = this._backoffMs * (0.5 + Math.random() / 2);
       this._backoffMs = Math.min(2 * this._backoffMs, MAX_BACKOFF_MS);
     } else if ((err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.RESOURCE_EXHAUSTED) && err.retryDelayMs !== null) {

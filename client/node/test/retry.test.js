@@ -203,3 +203,28 @@ test('a server back after a long outage answers a kept client and a new one at o
     kept.close();
   }
 });
+
+test('an UNAVAILABLE the server names without a delay is repeated only for a reason waiting clears (as in the Python client)', async () => {
+  // A server up to 0.1.0 sent SHUTTING_DOWN, TENANT_BUSY, FILE_LIMIT... without a retry delay (ours
+  // sends one now): still repeated, as after a restart. Another reason without a delay is the
+  // server's word that no wait clears it: one try; with a delay, repeated after it.
+  const cases = [ // reason, retry delay, calls seen
+    ['SHUTTING_DOWN', undefined, 3],
+    ['TENANT_BUSY', undefined, 3],
+    ['FILE_LIMIT', undefined, 3],
+    ['REPLICA_UNREACHABLE', undefined, 1],
+    ['EXTRACTION_FAILED', undefined, 1],
+    ['REPLICA_UNREACHABLE', 50, 3],
+  ];
+  for (const [reason, retryDelayMs, calls] of cases) {
+    const refused = {
+      code: grpc.status.UNAVAILABLE,
+      details: 'refused',
+      metadata: statusMetadata(grpc.status.UNAVAILABLE, 'refused', reason, { retryDelayMs }),
+    };
+    await withServer(Array(3).fill(refused), { retries: 2 }, async (client, seen) => {
+      await assert.rejects(client.recall('acme', 'order'), (err) => err.reason === reason);
+      assert.equal(seen.length, calls, `${reason} ${retryDelayMs}`);
+    });
+  }
+});
