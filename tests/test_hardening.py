@@ -282,6 +282,33 @@ def test_out_of_descriptors_the_server_closes_idle_tenants_and_every_call_succee
     assert "Traceback" not in log and " ERROR " not in log
 
 
+def test_a_tenant_whose_file_another_connection_holds_a_moment_opens_once_it_lets_go(
+    server_factory, tenant: str
+) -> None:
+    """A tenant opening while another connection holds its file's lock for a moment (a glance at
+    a tenant not open, closed as the file's last connection, takes it to try a checkpoint;
+    store/pool.py ``glance``): the open's first statements (APSW's recommended settings:
+    ``journal_mode=wal``) ran under APSW's busy timeout of 100 ms, set before ours, and the
+    call that opened the tenant ended INTERNAL "database is locked". They wait as every other
+    statement does now."""
+    server = server_factory().start()
+    with MemoryClient(server.target, retries=0) as client:
+        client.retain(tenant, "the pump in hall 4 is blue")
+    server.stop()
+    server.start()  # the tenant is not open
+    holder = apsw.Connection(str(server.tenant_file(tenant)))
+    holder.pragma("locking_mode", "EXCLUSIVE")  # held from its first read to its close
+    holder.execute("BEGIN EXCLUSIVE; COMMIT").fetchall()
+    letting_go = threading.Timer(0.5, holder.close)
+    letting_go.start()
+    try:
+        with MemoryClient(server.target, retries=0) as client:
+            assert [h.memory.text for h in client.recall(tenant, "pump", k=1)] == ["the pump in hall 4 is blue"]
+    finally:
+        letting_go.join()
+    assert " ERROR " not in server.stderr_path.read_text()
+
+
 def test_the_server_raises_its_soft_open_file_limit_to_the_hard_one(server_factory) -> None:
     server: ServerProcess = server_factory(open_files=(512, 4096)).start()
     assert _open_file_limit(server.pid) == (4096, 4096)

@@ -21,7 +21,12 @@ BUSY_TIMEOUT_MS = 10_000
 # kept here, they cost neither a system call nor, once the OS has dropped them, a disk read. All
 # connections together stay under the process's budget (``limit_page_caches``).
 READER_PAGE_CACHE_KIB = 64 * 1024
-_CONNECTION_HOOKS = [hook for hook in apsw.bestpractice.recommended if hook.__name__.startswith("connection_")]
+# APSW's recommended settings but its busy timeout of 100 ms, ours set first (``configure``).
+_CONNECTION_HOOKS = [
+    hook
+    for hook in apsw.bestpractice.recommended
+    if hook.__name__.startswith("connection_") and hook is not apsw.bestpractice.connection_busy_timeout
+]
 T = TypeVar("T")
 
 # Every database file this process writes: its pages without what a split left (store/page_scrub.py).
@@ -32,10 +37,13 @@ def configure(connection: apsw.Connection) -> None:
     """The settings every connection of ours gets, whatever file it opens. ``secure_delete``
     overwrites deleted content with zeros (free space in a page and whole free pages alike), so
     nothing deleted from any of our files (a forgotten memory, a pruned operation, a moved inbox
-    row) stays readable in it: a forget can only erase what is still there to find."""
+    row) stays readable in it: a forget can only erase what is still there to find. Our busy
+    timeout comes first (APSW's 100 ms not at all): the hooks' statements (``journal_mode=wal``)
+    wait as long as every other, for a connection of another that holds the file a moment (a
+    glance at a tenant opening, store/pool.py), not fail the open with "database is locked"."""
+    connection.set_busy_timeout(BUSY_TIMEOUT_MS)
     for hook in _CONNECTION_HOOKS:
         hook(connection)
-    connection.set_busy_timeout(BUSY_TIMEOUT_MS)
     connection.pragma("secure_delete", True)
 
 
