@@ -6,14 +6,16 @@ server. A real engine on real files, in this process, so the cache itself can be
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
-from mnemosyne.engine.index import VectorIndex, cached_vectors
+from mnemosyne.engine.index import VectorIndex, cached_vectors, drop_vectors
 from mnemosyne.engine.types import RecallMode, RetainItem, ThreadRef
+from tests.support import wait_until
 
 TENANT = "vectors"
 QUERIES = ["customer order shipped", "city day note", "order O-17 city", "near duplicate about the lighthouse keeper"]
@@ -177,3 +179,81 @@ def test_thread_neighbours_from_the_cache_are_the_files(tmp_path: Path) -> None:
     finally:
         engine.close()
     assert compared > 500
+
+
+def test_a_recall_between_a_forget_s_commit_and_its_word_to_the_cache_does_not_reload_it(tmp_path: Path) -> None:
+    """A forget tells the cache its rows right after its commit (``drop_vectors``): a recall in
+    between found the file's epoch ahead and loaded every vector again inside its read
+    transaction, which the forget's truncation of the WAL then waits for. It scores the rows as
+    they are now (its transaction drops the forgotten memory) and reloads only a change it was
+    never told, once that is overdue."""
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
+    try:
+        texts = [f"note {i}: customer C-{i % 37} asked about order O-{i} shipped to city {i % 13}" for i in range(300)]
+        ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(t) for t in texts])]
+        engine.recall(TENANT, QUERIES[0])
+        cache = _cache(engine)
+        with engine.pool.tenant(TENANT, create=False) as store:
+            assert store is not None
+            for told in (True, False):
+                forgotten = ids.pop()
+                with store.write() as write:
+                    _, before = write.index_state()
+                    assert write.forget_memory(forgotten)
+                    _, after = write.index_state()
+                # Committed, not told yet: the forgotten memory is not recalled, and nothing reloads.
+                hits = engine.recall(TENANT, texts[forgotten - ids[0]], k=10, mode=RecallMode.VECTOR).hits
+                assert hits and forgotten not in {h.memory.id for h in hits}
+                assert cache.reloads == 1
+                if told:
+                    drop_vectors(store, [forgotten], from_epoch=before, to_epoch=after)
+                else:  # never told: reloaded once it is overdue
+                    wait_until(lambda: bool(engine.recall(TENANT, QUERIES[0]).hits) and cache.reloads == 2)
+                store.erase_traces()
+                _assert_cache_holds_the_file(engine, cache)
+                assert cache.reloads == (1 if told else 2)
+    finally:
+        engine.close()
+
+
+def test_recalls_beside_forgets_never_return_a_memory_whose_forget_returned_and_never_reload(tmp_path: Path) -> None:
+    """Vector recalls back to back on three threads while memories are forgotten one by one: a
+    recall that began after a forget returned never has its memory, and the forgets, told to the
+    cache as each commits, never make it load the vectors again."""
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data"))
+    try:
+        texts = [f"note {i}: customer C-{i % 37} asked about order O-{i} shipped to city {i % 13}" for i in range(300)]
+        ids = [o.memory_id for o in engine.retain_batch(TENANT, [RetainItem(t) for t in texts])]
+        engine.recall(TENANT, QUERIES[0])
+        cache = _cache(engine)
+        doomed = ids[::15]
+        acknowledged: set[int] = set()
+        seen_after: list[int] = []
+        stop = threading.Event()
+
+        def recall(seed: int) -> None:
+            rng = random.Random(seed)
+            while not stop.is_set():
+                memory_id = rng.choice(doomed)
+                done = set(acknowledged)
+                hits = engine.recall(TENANT, texts[memory_id - ids[0]], k=10, mode=RecallMode.VECTOR).hits
+                seen_after.extend(h.memory.id for h in hits if h.memory.id in done)
+
+        threads = [threading.Thread(target=recall, args=(seed,)) for seed in range(3)]
+        for thread in threads:
+            thread.start()
+        try:
+            for memory_id in doomed:
+                assert engine.memories.forget(TENANT, memory_id)
+                acknowledged.add(memory_id)
+                hits = engine.recall(TENANT, texts[memory_id - ids[0]], k=10, mode=RecallMode.VECTOR).hits
+                assert memory_id not in {h.memory.id for h in hits}
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        assert seen_after == []
+        assert _cache(engine) is cache and cache.reloads == 1
+        _assert_cache_holds_the_file(engine, cache)
+    finally:
+        engine.close()

@@ -3,9 +3,14 @@
 It is brought up to date inside each recall's own read transaction: rows above its high-water
 mark are appended. A forget or a Dedup merge removes rows and advances the file's forget epoch;
 the engine then tells the cache which rows went (``drop_vectors``), and the cache zeroes them in
-place and takes the new epoch. Only an epoch it was not told about (a race with another
-transaction's sync, a forget it missed) makes it reload, all of it: at 100k memories a reload is
-~350 ms that the next write or recall would pay. A zeroed row scores 0 against any query, which
+place and takes the new epoch. A recall between a forget's commit and its word to the cache
+keeps the cache's rows as they are (``_told_soon``): the forgotten memory's row still scores, and
+the recall's own transaction drops the memory (engine/recall/select.py), rather than load every
+vector again inside that read transaction, which the forget's truncation of the WAL waits for.
+Only an epoch it is not told about within TOLD_WITHIN_SECONDS (a forget it missed, a restore's
+forgets again) makes it reload, all of it: at 100k memories a reload is ~350 ms that the next
+write or recall would pay; a re-embedding's switch, which changes every vector, makes the next
+sync reload at once (``vectors_replaced``). A zeroed row scores 0 against any query, which
 no caller counts as a match (recall's ``top_rows`` keeps scores above ``ann.MATCH_FLOOR``, Dedup's
 thresholds are positive), so ranking is the same as after a reload or a restart.
 
@@ -48,6 +53,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -62,6 +68,7 @@ from mnemosyne.engine.ann import (
     ann_index,
     on_vectors_changed,
 )
+from mnemosyne.engine.postings import TOLD_WITHIN_SECONDS  # the postings cache's grace (``_told_soon``)
 from mnemosyne.engine.terms import words
 from mnemosyne.store.tenant_cache import CacheKey
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
@@ -108,6 +115,15 @@ def replace_vector(store: TenantStore, memory_id: int, vector: bytes, *, from_ep
     if index is not None:
         index.replace(memory_id, np.frombuffer(vector, dtype="<f4"), from_epoch=from_epoch, to_epoch=to_epoch)
     on_vectors_changed(store, (memory_id,), from_epoch=from_epoch, to_epoch=to_epoch)
+
+
+def vectors_replaced(store: TenantStore) -> None:
+    """After a committed change of every vector (a re-embedding's switch to another embedder):
+    the tenant's vector cache, if it has one, loads them all at its next sync, without waiting to
+    be told rows (``VectorIndex._told_soon``)."""
+    index = cached_vectors(store)
+    if index is not None:
+        index.outdated()
 
 
 def approximate_candidates(
@@ -181,6 +197,7 @@ class VectorIndex:
         self.relinks = 0  # thread links remade by a sort of all rows
         self.high_water = 0
         self.epoch = -1
+        self._behind_since: float | None = None  # when a sync first found the file's epoch ahead
         # Thread places, row for row (``thread_neighbours``): a thread's code (-1: none), the
         # position in it, and each row's neighbour rows in thread order (-1: none; they may be
         # dropped rows, skipped when read). ``_tails`` is None while the links are stale.
@@ -216,17 +233,36 @@ class VectorIndex:
                 if epoch < self.epoch:
                     # Our snapshot is older than the cache's; the cache is already newer: use it.
                     return self._view()
-                self._count = 0
-                self._dead = 0
-                self.high_water = 0
-                self.epoch = epoch
-                self.reloads += 1
+                if not self._told_soon():  # else its rows as they are, and the new ones appended
+                    self._count = 0
+                    self._dead = 0
+                    self.high_water = 0
+                    self.epoch, self._behind_since = epoch, None
+                    self.reloads += 1
             if high > self.high_water:
                 rows = txn.embeddings_after(self.high_water, high)
                 self._append(rows)
                 self._append_threads(txn.thread_places_after(self.high_water, high))
                 self.high_water = high
             return self._view()
+
+    def _told_soon(self) -> bool:
+        """Whether the cache, behind the file's forget epoch, is to be told the change that moved
+        it: a forget, a merge or an update tells it right after its commit (``drop``,
+        ``replace``). A recall in between scores the rows as they are (a forgotten memory's row,
+        an updated one's old vector) and its transaction resolves the memories as its snapshot has
+        them. Still behind after TOLD_WITHIN_SECONDS, it was not told: it reloads."""
+        if self.epoch < 0 or not self._count:
+            return False  # nothing held (or ``outdated``): loading is all there is to do
+        now = time.monotonic()
+        if self._behind_since is None:
+            self._behind_since = now
+        return now - self._behind_since < TOLD_WITHIN_SECONDS
+
+    def outdated(self) -> None:
+        """Every vector changed (``vectors_replaced``): the next sync loads them all."""
+        with self._lock:
+            self.epoch, self._behind_since = -1, None
 
     def snapshot(self) -> Source:
         """The cache's current state, for a build of the approximate index (engine/ann.py): views
@@ -253,7 +289,7 @@ class VectorIndex:
             self._rows[rows] = 0.0
             self._alive[rows] = False
             self._dead += len(rows)
-            self.epoch = to_epoch
+            self.epoch, self._behind_since = to_epoch, None
             if self._dead * _DEAD_FRACTION > self._count:
                 self._reallocate(self._count - self._dead)
             return True
@@ -273,7 +309,7 @@ class VectorIndex:
                 self._rows[row] = vector
             elif memory_id <= self.high_water:
                 return False  # a row it should hold and does not: reload
-            self.epoch = to_epoch
+            self.epoch, self._behind_since = to_epoch, None
             return True
 
     def _reallocate(self, needed: int) -> None:

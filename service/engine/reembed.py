@@ -30,6 +30,7 @@ import numpy as np
 
 from mnemosyne.engine.ann import on_vectors_changed
 from mnemosyne.engine.embedders import TenantEmbedders, make_embedder
+from mnemosyne.engine.index import vectors_replaced
 from mnemosyne.engine.limits import MAX_REEMBED_CHUNK
 from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.types import ReembedProgress
@@ -102,7 +103,9 @@ class Reembedding:
             txn.set_meta("embedder", to)
             txn.delete_meta(REEMBED_META)
             txn.advance_forget_epoch()
-        # Committed: recall and writes take the new embedder, and the vector caches reload.
+        # Committed: recall and writes take the new embedder, and the vector caches reload (the
+        # cache first: a recall of the new embedder never scores the old vectors).
+        vectors_replaced(store)
         TenantEmbedders.moved(store, make_embedder(embedder))
         on_vectors_changed(store, (), from_epoch=from_epoch, to_epoch=from_epoch + 1)
         return ReembedProgress(embedder, done=switched, total=switched, finished=True, switched=switched)
