@@ -141,6 +141,17 @@ def threads_at(pid: int, policy: int) -> set[int]:
     return threads
 
 
+def forget_untold(store: Any, memory_id: int) -> tuple[int, int]:
+    """Forget ``memory_id`` in a write transaction of ``store`` (a TenantStore) and tell its caches
+    nothing: the moment between a forget's commit and its word to them. Returns the forget epoch
+    before and after it."""
+    with store.write() as write:
+        _, before = write.index_state()
+        assert write.forget_memory(memory_id)
+        _, after = write.index_state()
+    return before, after
+
+
 def wait_until(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():

@@ -29,7 +29,7 @@ from mnemosyne.engine.types import RecallMode, RetainItem
 from mnemosyne.store import schema
 from mnemosyne.store.fts_tokens import TOKENIZER_ARGS, fts5_tokens
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
-from tests.support import wait_until
+from tests.support import forget_untold, wait_until
 
 TENANT = "postings"
 # Words sharing stems (run / running / runs), diacritics, case, digits: what the tokenizer folds.
@@ -294,10 +294,7 @@ def test_a_sync_between_a_forget_s_commit_and_its_word_to_the_cache_leaves_it_to
         assert store is not None
         for told in (True, False):
             forgotten = ids.pop()
-            with store.write() as write:
-                _, before = write.index_state()
-                assert write.forget_memory(forgotten)
-                _, after = write.index_state()
+            before, after = forget_untold(store, forgotten)
             with store.read() as txn:
                 assert cache.sync(txn) is None  # committed, not told yet: FTS5 answers
             assert cache.reloads == 1

@@ -15,7 +15,7 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.engine import Engine
 from mnemosyne.engine.index import VectorIndex, cached_vectors, drop_vectors
 from mnemosyne.engine.types import RecallMode, RetainItem, ThreadRef
-from tests.support import wait_until
+from tests.support import forget_untold, wait_until
 
 TENANT = "vectors"
 QUERIES = ["customer order shipped", "city day note", "order O-17 city", "near duplicate about the lighthouse keeper"]
@@ -197,10 +197,7 @@ def test_a_recall_between_a_forget_s_commit_and_its_word_to_the_cache_does_not_r
             assert store is not None
             for told in (True, False):
                 forgotten = ids.pop()
-                with store.write() as write:
-                    _, before = write.index_state()
-                    assert write.forget_memory(forgotten)
-                    _, after = write.index_state()
+                before, after = forget_untold(store, forgotten)
                 # Committed, not told yet: the forgotten memory is not recalled, and nothing reloads.
                 hits = engine.recall(TENANT, texts[forgotten - ids[0]], k=10, mode=RecallMode.VECTOR).hits
                 assert hits and forgotten not in {h.memory.id for h in hits}
