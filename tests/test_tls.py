@@ -568,6 +568,65 @@ def test_the_http_port_s_connection_cap_refuses_over_tls_as_in_plain_text(pki: P
     asyncio.run(run())
 
 
+def test_a_tls_connection_the_server_closed_frees_its_place_though_its_client_never_closes(pki: Pki) -> None:
+    """asyncio's close of a TLS connection waits 30 s for the client's own close (its
+    close_notify), and the connection held its place in the cap and its descriptor meanwhile: two
+    clients (the cap here) that kept their sockets without closing them, one answered with
+    ``Connection: close`` and one that sent no request within the head's bound, left every other
+    client refused 503 HTTP_CONNECTIONS_FULL for 30 s after the server had closed both. Whoever
+    closes it, a TLS connection with nothing left to send is dropped TLS_CLOSE_SECONDS later."""
+    from mnemosyne.transport.http.server import TLS_CLOSE_SECONDS, HttpServer, HttpTls, bind
+
+    async def ok(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    trusting = ssl.create_default_context(cafile=str(pki.ca.cert))
+    get_once = b"GET /x HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    done = threading.Event()
+    head_seconds = 0.5
+
+    def keep(port: int, request: bytes, kept: threading.Event) -> None:
+        """Connect, send ``request`` and read its answer (if any), then hold the socket, never
+        reading or closing it, until the test is done."""
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with trusting.wrap_socket(raw, server_hostname="localhost") as tls:
+                if request:
+                    tls.sendall(request)
+                    answer = b""
+                    while not answer.endswith(b"ok"):
+                        answer += tls.recv(4096)
+                kept.set()
+                done.wait(60)
+
+    async def served(port: int) -> bool:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trusting, server_hostname="localhost")
+        writer.write(get_once)
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return answer.startswith(b"HTTP/1.1 200 ")
+
+    async def run() -> None:
+        tls = HttpTls(pki.server.cert, pki.server.key)
+        server = await HttpServer.start(ok, bind("127.0.0.1", 0), tls=tls, max_connections=2, head_seconds=head_seconds)
+        keepers = []
+        try:
+            for request in (get_once, b""):
+                kept = threading.Event()
+                keepers.append(asyncio.ensure_future(asyncio.to_thread(keep, server.port, request, kept)))
+                await asyncio.to_thread(kept.wait, 10)
+            started = time.monotonic()
+            while not await served(server.port):
+                assert time.monotonic() - started < head_seconds + TLS_CLOSE_SECONDS + 3, "no place freed"
+                await asyncio.sleep(0.1)
+        finally:
+            done.set()
+            await asyncio.gather(*keepers, return_exceptions=True)
+            await server.stop()
+
+    asyncio.run(run())
+
+
 def test_a_tls_connection_that_does_not_finish_its_handshake_is_closed_within_its_bound(pki: Pki) -> None:
     """Until its TLS handshake is done a connection is not counted against the cap, so its time is
     bounded (here 0.5 s; HANDSHAKE_SECONDS, 10 s), not asyncio's minute: a client that connects and

@@ -63,8 +63,8 @@ HEAD_BYTES = 64 * 1024
 # refused for its size gets the answer; one that never stops sending is closed.
 REFUSED_READ_SECONDS = 5.0
 REFUSED_READ_BYTES = 64 << 20
-# How long a TLS connection's close, at the end of its refusal's reading, may wait for the client's
-# own close (asyncio waits 30 s for it, reading and dropping what a client still sending sends).
+# How long a TLS connection's close, whoever closes it, may wait for the client's own close once
+# nothing is left to send (asyncio waits 30 s for it, the connection holding its place in the cap).
 TLS_CLOSE_SECONDS = 1.0
 # A connection over the cap is answered 503 HTTP_CONNECTIONS_FULL and read (and dropped) this long
 # at most, so that its client gets the answer rather than a reset; past REFUSED_FULL_LINGERING
@@ -167,6 +167,32 @@ class _CycleTransport:
         return getattr(self._protocol.transport, name)
 
 
+class _TlsTransport:
+    """A TLS connection's transport as its protocol and cycles see it. asyncio's close of a TLS
+    connection waits 30 s for the client's own close (its close_notify), the connection holding
+    its place in the cap and its descriptor meanwhile: clients that kept their sockets after the
+    server closed them (an answer with ``Connection: close``, a head's or the keep-alive's end)
+    held the cap's places that long. Whoever closes it, the protocol drops it once nothing is
+    left to send (``_HeadTimedProtocol._drop_closed_tls``)."""
+
+    def __init__(self, protocol: _HeadTimedProtocol, transport: asyncio.Transport) -> None:
+        self._protocol = protocol
+        self._transport = transport
+
+    def close(self) -> None:
+        self._transport.close()
+        self._protocol._drop_closed_tls()
+
+    def unsent(self) -> int:
+        """The bytes written and not yet handed to the kernel: TLS's own and its socket's (asyncio's
+        transport under TLS, reached through its protocol)."""
+        inner = getattr(getattr(self._transport, "_ssl_protocol", None), "_transport", None)
+        return self._transport.get_write_buffer_size() + (inner.get_write_buffer_size() if inner is not None else 0)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
 class _HeadTimedProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (httptools), closing a connection that does not send a whole
     request head within ``head_seconds`` (``HEAD_SECONDS``) or within ``HEAD_BYTES``, and
@@ -197,9 +223,12 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     _dropping_timer: asyncio.TimerHandle | None = None  # refused: its end of reading and dropping
     _dropped = 0  # bytes read and dropped since the refusal
     _gone = False  # connection_lost came
+    _tls_close_timer: asyncio.TimerHandle | None = None  # closed over TLS: when it is dropped
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
+        if not transport.can_write_eof():  # TLS: its close is bounded (``_TlsTransport``)
+            self.transport = _TlsTransport(self, transport)  # type: ignore[assignment]  # what it calls is there
         address = self.client[0] if self.client else ""
         refusal = self.cap.admit(address)
         if refusal is not None:
@@ -302,13 +331,23 @@ class _HeadTimedProtocol(HttpToolsProtocol):
             self._dropping_timer = None
         if self._gone:
             return
-        self.transport.close()
-        if not self.transport.can_write_eof():  # TLS: the close waits for the client's, which a sender never sends
-            self.loop.call_later(TLS_CLOSE_SECONDS, self._abort)
+        self.transport.close()  # TLS: bounded, the client's close never coming from a sender (``_TlsTransport``)
 
-    def _abort(self) -> None:
-        if not self._gone:
-            self.transport.abort()
+    def _drop_closed_tls(self) -> None:
+        """TLS_CLOSE_SECONDS after its close, abort a TLS connection with nothing left to send
+        rather than wait for its client's close; one whose client still reads its answer is left
+        to asyncio's own bound."""
+        if self._tls_close_timer is None and not self._gone:
+            self._tls_close_timer = self.loop.call_later(TLS_CLOSE_SECONDS, self._abort_closed_tls)
+
+    def _abort_closed_tls(self) -> None:
+        self._tls_close_timer = None
+        if self._gone:
+            return
+        if isinstance(self.transport, _TlsTransport) and self.transport.unsent():
+            self._drop_closed_tls()
+            return
+        self.transport.abort()
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
@@ -415,6 +454,8 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         self._gone = True
         if self._dropping_timer is not None:
             self._dropping_timer.cancel()
+        if self._tls_close_timer is not None:
+            self._tls_close_timer.cancel()
         self._stop_waiting()
         self._stop_waiting_for_body()
         super().connection_lost(exc)
