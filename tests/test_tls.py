@@ -627,6 +627,47 @@ def test_a_tls_connection_the_server_closed_frees_its_place_though_its_client_ne
     asyncio.run(run())
 
 
+def test_a_flood_of_tls_connections_past_the_cap_holds_no_descriptor_a_second_after_its_refusal(pki: Pki) -> None:
+    """Past the cap (here 2, so none is read after its 503: a quarter of the cap is 0) each new
+    TLS connection is answered and closed at once; its close waited 30 s for a client that never
+    closes, holding a descriptor each: 40 such connections held 40 descriptors of the server's
+    beyond the cap. A second after their refusal they hold none."""
+    from mnemosyne.transport.http.server import TLS_CLOSE_SECONDS, HttpServer, HttpTls, bind
+
+    async def ok(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    trusting = ssl.create_default_context(cafile=str(pki.ca.cert))
+    flood = 40
+
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def connect(port: int) -> ssl.SSLSocket:
+        return trusting.wrap_socket(
+            socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="localhost"
+        )
+
+    async def run() -> None:
+        tls = HttpTls(pki.server.cert, pki.server.key)
+        server = await HttpServer.start(ok, bind("127.0.0.1", 0), tls=tls, max_connections=2)
+        held: list[ssl.SSLSocket] = []
+        try:
+            before = open_descriptors()
+            for _ in range(flood):  # the first two take the cap's places; none is ever closed here
+                held.append(await asyncio.to_thread(connect, server.port))
+            await asyncio.sleep(TLS_CLOSE_SECONDS + 1.5)
+            servers_own = open_descriptors() - before - flood  # the clients' sockets are this process's too
+            assert servers_own <= 2 + 4, f"{servers_own} descriptors still held by the server"
+        finally:
+            for sock in held:
+                sock.close()
+            await server.stop()
+
+    asyncio.run(run())
+
+
 def test_a_tls_connection_that_does_not_finish_its_handshake_is_closed_within_its_bound(pki: Pki) -> None:
     """Until its TLS handshake is done a connection is not counted against the cap, so its time is
     bounded (here 0.5 s; HANDSHAKE_SECONDS, 10 s), not asyncio's minute: a client that connects and
