@@ -3,6 +3,7 @@ write, `mnemosyne restore` into a fresh data directory, incremental backups, and
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -20,7 +21,10 @@ import apsw
 import grpc
 import pytest
 
+from mnemosyne.cli.archive import import_archive, write_archive
+from mnemosyne.cli.backup import restore, write_backup
 from mnemosyne.cli.manifests import BACKUP_MANIFEST_MAX_BYTES
+from mnemosyne.cli.progress import Progress
 from mnemosyne.client import ExpiryPolicy, InvalidArgumentError, Memory, MemoryClient, PermissionDeniedError
 from mnemosyne.client.errors import error_info, retry_delay
 from mnemosyne.client.types import BackupChunk, TenantBackup
@@ -681,6 +685,58 @@ def test_an_erasure_revokes_the_copies_being_sent(
         info = error_info(revoked.value)
         assert revoked.value.code() == grpc.StatusCode.ABORTED and info is not None and info.reason == "COPY_REVOKED"
     _wait_for(lambda: not any(scratch.glob("*")))
+
+
+class _ForgetsOnceMidStream(MemoryClient):
+    """A client whose first export or backup stream, once its tenant's manifest has come (the copy
+    made and being sent), has the secret forgotten: the server revokes the copy."""
+
+    def __init__(self, target: str, tenant: str, secret_id: int) -> None:
+        super().__init__(target, ADMIN, timeout=120)
+        self.tenant, self.secret_id, self.streams = tenant, secret_id, 0
+
+    def _forgetting(self, parts: Iterator[Any]) -> Iterator[Any]:
+        self.streams += 1
+        for part in parts:
+            yield part
+            if self.streams == 1 and isinstance(part, TenantBackup):
+                assert self.forget(self.tenant, self.secret_id)
+
+    def export_tenant(self, tenant: str, timeout: float = 3600.0) -> Iterator[TenantBackup | BackupChunk]:
+        return self._forgetting(super().export_tenant(tenant, timeout))
+
+    def backup(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return self._forgetting(super().backup(*args, **kwargs))
+
+
+@pytest.mark.parametrize("command", ["export", "backup"])
+def test_an_export_or_backup_whose_copy_an_erasure_revoked_copies_again(
+    streaming: _Streaming, tenant: str, command: str, tmp_path: Path
+) -> None:
+    """The export and backup commands ask for a copy again when an erasure revoked the one being
+    sent (ABORTED COPY_REVOKED says to copy again): the command ends with a whole copy, without
+    what was erased, instead of the error."""
+    streaming.copy(tenant)
+    secret = f"the vault code is {uuid.uuid4().hex}"
+    with MemoryClient(streaming.server.target, ADMIN) as admin:
+        secret_id = admin.retain(tenant, secret).memory_id
+    lines: list[str] = []
+    client = _ForgetsOnceMidStream(streaming.server.target, tenant, secret_id)
+    with client:
+        if command == "export":
+            said = io.StringIO()
+            write_archive(client, tenant, tmp_path / "archive.tar", progress=Progress("export", stream=said))
+            lines = said.getvalue().splitlines()
+        else:
+            write_backup(client, tmp_path / "backup", tenants=[tenant], progress=lines.append)
+        assert client.streams == 2, "copied once more after the revocation"
+    assert any("copying again" in line or "backing up again" in line for line in lines), lines
+    assert texts_left(tmp_path, [secret]) == {}
+    if command == "export":
+        with MemoryClient(streaming.server.target, ADMIN, timeout=120) as admin:
+            assert import_archive(admin, tmp_path / "archive.tar", tenant=f"{tenant}-back").memories == 12_000
+    else:
+        assert restore(tmp_path / "backup", tmp_path / "restored") == [tenant]
 
 
 def test_a_copy_revoked_while_it_is_made_stops_at_its_next_step(

@@ -55,7 +55,7 @@ from mnemosyne.cli.manifests import (
     within_size,
 )
 from mnemosyne.cli.progress import Progress
-from mnemosyne.cli.received import check_announced, check_within
+from mnemosyne.cli.received import COPY_ATTEMPTS, check_announced, check_within, copied_again
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.client.types import BackupChunk, BackupFile, ImportResult, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument
@@ -105,7 +105,13 @@ def write_archive(client: MemoryClient, tenant: str, path: Path, *, progress: Pr
     progress = progress or Progress.silent("export")
     _make_way(path)
     with tempfile.TemporaryDirectory(prefix=f".export-{path.name}-", dir=path.parent) as scratch:
-        copy = _receive_export(client, tenant, path.parent, Path(scratch), progress)
+
+        def again(attempt: int) -> None:
+            for received in Path(scratch).iterdir():
+                received.unlink()
+            progress(f"{tenant}: an erasure revoked the copy being sent; copying again ({attempt} of {COPY_ATTEMPTS})")
+
+        copy = copied_again(lambda: _receive_export(client, tenant, path.parent, Path(scratch), progress), again)
         for file in copy.files:
             received = Path(scratch) / file.name
             if not received.exists() and file.size == 0:

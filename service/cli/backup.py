@@ -62,7 +62,7 @@ from mnemosyne.cli.manifests import (
     whole_number,
     within_size,
 )
-from mnemosyne.cli.received import check_announced, check_within
+from mnemosyne.cli.received import COPY_ATTEMPTS, check_announced, check_within, copied_again
 from mnemosyne.client import MemoryClient
 from mnemosyne.client.types import BackupChunk, BackupSummary, BackupUnchanged, SkippedTenant, TenantBackup
 from mnemosyne.errors import DataLoss, FailedPrecondition, InvalidArgument, ResourceExhausted
@@ -331,8 +331,11 @@ def write_backup(
         validate_tenant(tenant)
     directory = Path(directory)
     created = not directory.exists()
-    try:
-        return _write_backup(client, directory, tenants, progress)
+    try:  # a copy an erasure revoked while it was sent is asked for again (cli/received.py)
+        said = f"an erasure revoked a copy being sent: backing up again (attempt {{}} of {COPY_ATTEMPTS})"
+        return copied_again(
+            lambda: _write_backup(client, directory, tenants, progress), lambda n: progress(said.format(n))
+        )
     except BaseException:
         if created:  # a first backup refused or failed before its manifest: no directory left behind
             _remove_unfinished(directory)

@@ -67,10 +67,10 @@ class Progress:
         return self._bar is not None
 
     def set_total(self, total: float) -> None:
-        """The total, once the command learns it (an export's bytes, from its manifest)."""
+        """The total, once the command learns it (an export's bytes, from its manifest), counted
+        from nothing (an export copied again starts over)."""
         if self._bar is not None:
-            self._bar.total = total
-            self._bar.refresh()
+            self._bar.reset(total=total)
 
     def __call__(self, line: str) -> None:
         """A step ended: ``line`` says which (a step of a command that counts steps moves its bar)."""

@@ -3,16 +3,40 @@ announced of them before their bytes: the stream is outside data. A size that is
 refused (STREAM_INVALID); announced sizes past the disk's free space are refused before a byte is
 written (DISK_FULL), not met once the disk is full; and a file is refused (BACKUP_FILE_MISMATCH)
 at the first chunk that takes it past its announced size, not after the stream has filled the
-disk. The caller removes what it had written (cli/backup.py, cli/archive.py)."""
+disk. The caller removes what it had written (cli/backup.py, cli/archive.py). A copy an erasure
+revoked while it was sent is asked for again (``copied_again``)."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from mnemosyne.cli.manifests import INT64_MAX
+from mnemosyne.client import AbortedError
 from mnemosyne.client.types import BackupFile, TenantBackup
 from mnemosyne.errors import DataLoss, ResourceExhausted
+
+# How many copies a backup or an export asks for at most while erasures of its tenants revoke the
+# one being sent; a tenant forgotten in faster than it is copied fails with COPY_REVOKED.
+COPY_ATTEMPTS = 5
+T = TypeVar("T")
+
+
+def copied_again(receive: Callable[[], T], again: Callable[[int], None]) -> T:
+    """``receive()``, called again while an erasure revokes the copy being sent (ABORTED
+    COPY_REVOKED: nothing of it is valid, and the error says to copy again), COPY_ATTEMPTS times at
+    most; ``again(attempt)`` before each new one (what was received is removed, the user told)."""
+    attempt = 1
+    while True:
+        try:
+            return receive()
+        except AbortedError as exc:
+            if exc.reason != "COPY_REVOKED" or attempt == COPY_ATTEMPTS:
+                raise
+        attempt += 1
+        again(attempt)
 
 
 def check_announced(copy: TenantBackup, where: Path, stream: str, *, copies: int = 1) -> None:
