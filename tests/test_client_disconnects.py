@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -485,3 +486,54 @@ def test_a_count_of_requests_refused_unread_is_logged_when_its_interval_ends(cap
         f"{prefix}1 REQUEST_HEAD_TOO_LARGE, 2 REQUEST_UNREADABLE{suffix}",
         f"{prefix}1 REQUEST_UNREADABLE{suffix}",
     ], lines
+
+
+def test_a_client_that_stops_reading_its_answer_is_dropped_and_one_reading_slowly_is_not() -> None:
+    """A client that asked and then took none of its answer for the send stall's bound (here 1 s;
+    SEND_STALL_SECONDS, 30 s) is dropped: it held its connection, its place in the cap and its
+    answer's task for good (a watch whose reader stopped). One taking its answer slowly, a little
+    within each bound, gets all of it."""
+    answer = 16 << 20
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", str(answer).encode())]}
+        )
+        for _ in range(answer // 65536):
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    def received(port: int, pause_first: float, pause_between: float, pauses: int) -> int:
+        """The answer's bytes a client got: it waits ``pause_first`` after its request, then takes
+        64 KiB every ``pause_between`` s ``pauses`` times, then the rest as fast as it comes."""
+        with socket.socket() as client:
+            if pause_first:  # its buffer full soon: the server's writing pauses
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            client.connect(("127.0.0.1", port))
+            client.settimeout(30)
+            client.sendall(b"GET /large HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            time.sleep(pause_first)
+            got = b""
+            with contextlib.suppress(ConnectionResetError):
+                for _ in range(pauses):
+                    step = len(got) + 65536
+                    while len(got) < step:
+                        got += client.recv(step - len(got))
+                    time.sleep(pause_between)
+                while chunk := client.recv(1 << 20):
+                    got += chunk
+            return len(got) - (got.index(b"\r\n\r\n") + 4)
+
+    async def run() -> tuple[int, int]:
+        server = await HttpServer.start(app, bind("127.0.0.1", 0), tls=None, send_stall_seconds=1.0)
+        try:
+            return await asyncio.gather(
+                asyncio.to_thread(received, server.port, 3.0, 0.0, 0),
+                asyncio.to_thread(received, server.port, 0.0, 0.25, 16),
+            )
+        finally:
+            await server.stop()
+
+    stalled, slow = asyncio.run(run())
+    assert stalled < answer, "a client that read nothing for 3 s still got its whole answer"
+    assert slow == answer

@@ -1,11 +1,16 @@
 """What the HTTP port (transport/http/server.py) keeps of its connections beside each one's protocol:
-the cap on those open (``ConnectionCap``) and the log of requests refused unread (``RefusalLog``),
-both used on the server's event loop only."""
+the cap on those open (``ConnectionCap``), the log of requests refused unread (``RefusalLog``) and
+a TLS connection's bounded close (``TlsTransport``), all used on the server's event loop only."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import struct
+import termios
+from collections.abc import Callable
 
 from mnemosyne.errors import Unavailable
 from mnemosyne.observability.counted_log import CountedLog
@@ -83,3 +88,43 @@ def _full(which: str, most: int, flag: str, reason: str) -> Unavailable:
         reason=reason,
         retry_after_seconds=1.0,
     )
+
+
+class TlsTransport:
+    """A TLS connection's transport as its protocol and cycles see it. asyncio's close of a TLS
+    connection waits 30 s for the client's own close (its close_notify), the connection holding
+    its place in the cap and its descriptor meanwhile: clients that kept their sockets after the
+    server closed them (an answer with ``Connection: close``, a head's or the keep-alive's end)
+    held the cap's places that long. Whoever closes it, ``closed`` is called, and the protocol
+    drops it once nothing is left to send (``_HeadTimedProtocol._drop_closed_tls``)."""
+
+    def __init__(self, transport: asyncio.Transport, closed: Callable[[], None]) -> None:
+        self._transport = transport
+        self._closed = closed
+
+    def close(self) -> None:
+        self._transport.close()
+        self._closed()
+
+    def unsent(self) -> int:
+        """``unsent`` of the connection, TLS's own buffer counted too (asyncio's transport under TLS,
+        reached through its protocol, holds the socket's)."""
+        inner = getattr(getattr(self._transport, "_ssl_protocol", None), "_transport", None)
+        return self._transport.get_write_buffer_size() + (unsent(inner) if inner is not None else 0)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
+def unsent(transport: asyncio.WriteTransport | TlsTransport) -> int:
+    """The bytes written to ``transport`` that its client has not taken yet: those asyncio holds and
+    those in the kernel's send queue (TIOCOUTQ; on loopback, those the client has not read), which
+    alone move while a slow client reads, the kernel waking the writer only once much is free."""
+    if isinstance(transport, TlsTransport):
+        return transport.unsent()
+    queued = 0
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError, ValueError):
+            queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+    return transport.get_write_buffer_size() + queued

@@ -28,7 +28,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.errors import to_status_proto
-from mnemosyne.transport.http.connections import ConnectionCap, RefusalLog
+from mnemosyne.transport.http.connections import ConnectionCap, RefusalLog, TlsTransport, unsent
 from mnemosyne.transport.http.guard import TARGET_HOST, target_authority
 from mnemosyne.transport.http.mapping import encode
 from mnemosyne.transport.http.methods import answering_head
@@ -38,6 +38,9 @@ from mnemosyne.transport.http.methods import answering_head
 # keep-alive), so one that never finishes a head (sends nothing, or a header line now and then)
 # would hold its socket for good. A client sends its head at once.
 HEAD_SECONDS = 30.0
+# How long a client may take none of its answer while more waits to be sent (nginx's send_timeout):
+# one that stopped reading (a watch's) held its connection, its place and its stream for good.
+SEND_STALL_SECONDS = 30.0
 # How long a TLS connection may take to finish its handshake: until then the connection is not
 # counted against the cap (its protocol has not started), and asyncio's own 60 s let a client that
 # connects and sends nothing hold a descriptor each for a minute. Clients finish it within a few
@@ -167,32 +170,6 @@ class _CycleTransport:
         return getattr(self._protocol.transport, name)
 
 
-class _TlsTransport:
-    """A TLS connection's transport as its protocol and cycles see it. asyncio's close of a TLS
-    connection waits 30 s for the client's own close (its close_notify), the connection holding
-    its place in the cap and its descriptor meanwhile: clients that kept their sockets after the
-    server closed them (an answer with ``Connection: close``, a head's or the keep-alive's end)
-    held the cap's places that long. Whoever closes it, the protocol drops it once nothing is
-    left to send (``_HeadTimedProtocol._drop_closed_tls``)."""
-
-    def __init__(self, protocol: _HeadTimedProtocol, transport: asyncio.Transport) -> None:
-        self._protocol = protocol
-        self._transport = transport
-
-    def close(self) -> None:
-        self._transport.close()
-        self._protocol._drop_closed_tls()
-
-    def unsent(self) -> int:
-        """The bytes written and not yet handed to the kernel: TLS's own and its socket's (asyncio's
-        transport under TLS, reached through its protocol)."""
-        inner = getattr(getattr(self._transport, "_ssl_protocol", None), "_transport", None)
-        return self._transport.get_write_buffer_size() + (inner.get_write_buffer_size() if inner is not None else 0)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._transport, name)
-
-
 class _HeadTimedProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (httptools), closing a connection that does not send a whole
     request head within ``head_seconds`` (``HEAD_SECONDS``) or within ``HEAD_BYTES``, and
@@ -205,6 +182,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     body_bytes_per_second = BODY_BYTES_PER_SECOND
     refused_read_seconds = REFUSED_READ_SECONDS
     refused_read_bytes = REFUSED_READ_BYTES
+    send_stall_seconds = SEND_STALL_SECONDS
     refusals: RefusalLog  # the server's (HttpServer.start)
     cap: ConnectionCap  # the server's
     _admitted: str | None = None  # its client's address, once counted in ``cap.open``
@@ -224,11 +202,13 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     _dropped = 0  # bytes read and dropped since the refusal
     _gone = False  # connection_lost came
     _tls_close_timer: asyncio.TimerHandle | None = None  # closed over TLS: when it is dropped
+    _send_timer: asyncio.TimerHandle | None = None  # writing paused: when the client is found stalled
+    _unsent = 0  # bytes waiting to be sent when the send timer was armed
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
-        if not transport.can_write_eof():  # TLS: its close is bounded (``_TlsTransport``)
-            self.transport = _TlsTransport(self, transport)  # type: ignore[assignment]  # what it calls is there
+        if not transport.can_write_eof():  # TLS: its close is bounded (``TlsTransport``)
+            self.transport = TlsTransport(transport, self._drop_closed_tls)  # type: ignore[assignment]  # what it calls is there
         address = self.client[0] if self.client else ""
         refusal = self.cap.admit(address)
         if refusal is not None:
@@ -331,7 +311,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
             self._dropping_timer = None
         if self._gone:
             return
-        self.transport.close()  # TLS: bounded, the client's close never coming from a sender (``_TlsTransport``)
+        self.transport.close()  # TLS: bounded, the client's close never coming from a sender (``TlsTransport``)
 
     def _drop_closed_tls(self) -> None:
         """TLS_CLOSE_SECONDS after its close, abort a TLS connection with nothing left to send
@@ -344,7 +324,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         self._tls_close_timer = None
         if self._gone:
             return
-        if isinstance(self.transport, _TlsTransport) and self.transport.unsent():
+        if unsent(self.transport):
             self._drop_closed_tls()
             return
         self.transport.abort()
@@ -444,6 +424,28 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         elif self.timeout_keep_alive_task is not None:  # idle now (no pipelined request is waiting)
             self._await_head()
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None and not self._gone:
+            self._unsent = unsent(self.transport)
+            self._send_timer = self.loop.call_later(self.send_stall_seconds, self._check_sending)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _check_sending(self) -> None:
+        """``send_stall_seconds`` after writing paused or its client last took bytes: none, dropped."""
+        left = unsent(self.transport)
+        if left < self._unsent:  # it reads, slowly: its next bytes are awaited as long
+            self._unsent = left
+            self._send_timer = self.loop.call_later(self.send_stall_seconds, self._check_sending)
+            return
+        self._send_timer = None
+        self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
         # However it closed: its client left or reset it, a timer or a refusal closed it, the server stops.
         if self._admitted is not None:
@@ -454,8 +456,9 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         self._gone = True
         if self._dropping_timer is not None:
             self._dropping_timer.cancel()
-        if self._tls_close_timer is not None:
-            self._tls_close_timer.cancel()
+        for timer in (self._tls_close_timer, self._send_timer):
+            if timer is not None:
+                timer.cancel()
         self._stop_waiting()
         self._stop_waiting_for_body()
         super().connection_lost(exc)
@@ -530,12 +533,12 @@ class HttpServer:
         body_bytes_per_second: int = BODY_BYTES_PER_SECOND,
         refused_read_seconds: float = REFUSED_READ_SECONDS,
         refused_read_bytes: int = REFUSED_READ_BYTES,
+        send_stall_seconds: float = SEND_STALL_SECONDS,
         max_connections: int = ServerConfig.http_max_connections,
         max_connections_per_address: int = ServerConfig.http_max_connections_per_address,
         refusals_log_seconds: float = REFUSALS_LOG_SECONDS,
     ) -> HttpServer:
-        """Serve ``app`` on ``sock``, holding at most ``max_connections`` open (``connection_budget``
-        is the caller's: a test holds a few)."""
+        """Serve ``app`` on ``sock``, holding at most ``max_connections`` open (the caller's budget)."""
         refusals = RefusalLog(refusals_log_seconds)
         timing = {
             "head_seconds": head_seconds,
@@ -544,6 +547,7 @@ class HttpServer:
             "body_bytes_per_second": body_bytes_per_second,
             "refused_read_seconds": refused_read_seconds,
             "refused_read_bytes": refused_read_bytes,
+            "send_stall_seconds": send_stall_seconds,
         }
         config = uvicorn.Config(
             app,
