@@ -21,8 +21,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from mnemosyne.cli.server_process import ServerProcess
 from mnemosyne.client import BackupChunk, ExpiryPolicy, MemoryClient, RetainItem, TenantBackup
-from mnemosyne.client.errors import InvalidArgumentError
-from mnemosyne.engine.expiry import SWEEP_BATCH, SWEEP_MAX_BATCHES
+from mnemosyne.client.errors import AbortedError, InvalidArgumentError
+from mnemosyne.engine.expiry import ERASURE_WAITS_FOR_COPIES_SECONDS, SWEEP_BATCH, SWEEP_MAX_BATCHES
 from mnemosyne.v1 import memory_pb2
 from tests.mem0_support import Mem0Client
 from tests.support import wait_until
@@ -456,3 +456,46 @@ def test_a_sweep_killed_at_random_moments_erases_each_expired_memory_once_and_ke
     finally:
         connection.close()
     assert sorted(erasures) == sorted((memory_id,) for memory_id in ids), seed
+
+
+def test_a_copy_being_sent_waits_out_the_sweep_and_is_revoked_only_once_an_erasure_is_late(
+    server_factory: Any, tenant: str, tmp_path: Path
+) -> None:
+    """An export (or a backup) of a tenant whose memories expire all the time could not finish:
+    each sweep's erasure revoked the copy being sent. The sweep waits while a copy of the tenant is
+    being sent, and erases once it was sent, or once its oldest erasure is
+    ERASURE_WAITS_FOR_COPIES_SECONDS late: then the copy is revoked (COPY_REVOKED), as by a forget."""
+    server, clock = _server(server_factory, tmp_path)
+    with MemoryClient(server.target, timeout=120) as client:
+        client.set_expiry_policy(tenant, ExpiryPolicy(grace_seconds=0))
+        # More than a stream's flow-control windows hold: the server is still sending when its
+        # client stops reading, the scratch copy in place.
+        for start in range(0, 12_000, 1000):
+            client.retain_batch(tenant, [f"note {i}: {'padding words ' * 12}{i}" for i in range(start, start + 1000)])
+
+        def expiring(name: str) -> list[str]:
+            texts = [f"{name}{i} expires soon" for i in range(20)]
+            client.retain_batch(tenant, [RetainItem(t, expires_at=clock.now() + 60) for t in texts])
+            return texts
+
+        geckos = expiring("Gecko")
+        export = client.export_tenant(tenant)
+        manifest = next(export)
+        assert isinstance(manifest, TenantBackup)
+        clock.advance(120)  # every Gecko's erasure is due while the copy is being sent
+        time.sleep(3)  # the sweep's turns come meanwhile
+        chunks = [part for part in export if isinstance(part, BackupChunk)]
+        assert sum(len(c.data) for c in chunks) == sum(f.size for f in manifest.files)
+        wait_until(lambda: client.stats(tenant).forgotten == 20, seconds=30)  # erased once it was sent
+        assert texts_left(server.data_dir, geckos) == {}
+
+        herons = expiring("Heron")
+        export = client.export_tenant(tenant)
+        next(export)
+        clock.advance(120 + ERASURE_WAITS_FOR_COPIES_SECONDS)  # the copy is still being sent: too late
+        wait_until(lambda: client.stats(tenant).forgotten == 40, seconds=30)
+        with pytest.raises(AbortedError) as revoked:
+            for _ in export:
+                pass
+        assert revoked.value.reason == "COPY_REVOKED"
+        assert texts_left(server.data_dir, herons) == {}

@@ -110,12 +110,12 @@ BackupPart = TenantCopy | FileChunk | TenantUnchanged | TenantSkipped | BackupSu
 
 
 class Backups:
-    def __init__(self, *, pool: TenantPool, lost_tenants: LostTenants | None = None) -> None:
+    def __init__(self, *, pool: TenantPool, copies: StreamedCopies, lost_tenants: LostTenants | None = None) -> None:
         self._pool = pool
         self._lost_tenants = lost_tenants
         self._scratch = pool.data_dir / SCRATCH_DIR_NAME
         shutil.rmtree(self._scratch, ignore_errors=True)  # what a backup killed midway left
-        self._copies = StreamedCopies()  # those being sent, which an erasure revokes
+        self._copies = copies  # those being sent, which an erasure revokes
         self._exports: Counter[str] = Counter()  # the exports under way, by tenant (moves' aside)
         self._exports_lock = threading.Lock()
         pool.watchers.append(self)

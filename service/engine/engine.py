@@ -80,6 +80,7 @@ from mnemosyne.replication.replicator import Replicator
 from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.connections import limit_page_caches, sqlite_memory
+from mnemosyne.store.copies import StreamedCopies
 from mnemosyne.store.data_dir import volume_bytes
 from mnemosyne.store.maintenance import wal_limit_pages
 from mnemosyne.store.pool import TenantPool
@@ -176,8 +177,12 @@ class Engine:
         config, seams = self.config, self.seams
         # Expiry's clock (a test's may run ahead); its erasures are due in the hot path's index.
         self.clock = Clock(seams.clock_file)
+        self.copies = StreamedCopies()  # of tenants being sent: the backups' and the sweep's
         self.expiry = Expiry(
-            pool=self.pool, clock=self.clock, naming=lambda tenant, due: self.hot_path.naming_sweep(tenant, due)
+            pool=self.pool,
+            clock=self.clock,
+            naming=lambda tenant, due: self.hot_path.naming_sweep(tenant, due),
+            copies=self.copies,
         )
         self.write_path = WritePath(
             extractor=extractor,
@@ -256,7 +261,7 @@ class Engine:
         self.consolidator.start()
         self.erasure = TenantErasure(pool=self.pool, hot_path=self.hot_path)
         self.lost_tenants = LostTenants(self.pool, self.replicator) if self.replicator is not None else None
-        self.backups = Backups(pool=self.pool, lost_tenants=self.lost_tenants)
+        self.backups = Backups(pool=self.pool, copies=self.copies, lost_tenants=self.lost_tenants)
         self.imports = TenantImports(
             pool=self.pool, hot_path=self.hot_path, backups=self.backups, faults=seams.store_faults
         )

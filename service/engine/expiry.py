@@ -34,6 +34,7 @@ from mnemosyne.engine.prepared_item import PreparedItem
 from mnemosyne.engine.types import ExpiryPolicy
 from mnemosyne.errors import InvalidArgument
 from mnemosyne.runtime.clock import Clock
+from mnemosyne.store.copies import StreamedCopies
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_store import ReadTxn, TenantStore
 
@@ -44,6 +45,12 @@ MAX_GRACE_SECONDS = 10 * 365 * 86400
 # each) and transactions per turn; what is left waits for the tenant's next turn.
 SWEEP_BATCH = 100
 SWEEP_MAX_BATCHES = 5
+# An erasure revokes the tenant's copies being sent (store/copies.py): while one is, the sweep waits,
+# so that a backup or an export of a tenant whose memories expire all the time can finish, looking
+# again every COPY_RECHECK_SECONDS, and erases once its oldest erasure is this late however many
+# copies follow one another.
+ERASURE_WAITS_FOR_COPIES_SECONDS = 600.0
+COPY_RECHECK_SECONDS = 1.0
 
 
 def read_policy(txn: ReadTxn) -> ExpiryPolicy:
@@ -88,14 +95,20 @@ class Expiry:
     """The policy, the stamping of expiries and the sweep, on ``clock``. ``with naming(tenant,
     at)`` names the tenant in the member-level index with an erasure due at ``at`` (engine clock)
     and wakes a worker then (the hot path's recovery index), held named while the write it
-    encloses commits."""
+    encloses commits. ``copies``: those being sent, which the sweep waits for."""
 
     def __init__(
-        self, *, pool: TenantPool, clock: Clock, naming: Callable[[str, float], AbstractContextManager[None]]
+        self,
+        *,
+        pool: TenantPool,
+        clock: Clock,
+        naming: Callable[[str, float], AbstractContextManager[None]],
+        copies: StreamedCopies,
     ) -> None:
         self._pool = pool
         self.clock = clock
         self._naming = naming
+        self._copies = copies
         pool.watchers.append(self)
 
     # -- told by the pool of its files' changes (store/file_watchers.py) ----------------------------
@@ -211,8 +224,14 @@ class Expiry:
     def sweep(self, tenant: str, store: TenantStore) -> float | None:
         """Erase the tenant's memories whose grace has passed, a bounded turn of them (the
         memories merged into one go with it); returns when its next erasure is due (engine clock;
-        now when this turn left some; None: nothing expires). The erased text leaves the WAL too."""
+        now when this turn left some; None: nothing expires). The erased text leaves the WAL too.
+        While a copy of the tenant is being sent, nothing, up to ERASURE_WAITS_FOR_COPIES_SECONDS."""
         now = self.clock.now()
+        if self._copies.sending(tenant):
+            with store.read() as txn:
+                oldest_due = next_erasure(txn)
+            if oldest_due is not None and now < oldest_due + ERASURE_WAITS_FOR_COPIES_SECONDS:
+                return min(oldest_due + ERASURE_WAITS_FOR_COPIES_SECONDS, now + COPY_RECHECK_SECONDS)
         erased_any = False
         with changers.changes_by(changers.EXPIRY_SWEEP):
             for _ in range(SWEEP_MAX_BATCHES):

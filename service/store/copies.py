@@ -93,6 +93,11 @@ class StreamedCopies:
                     self._copies.pop(tenant, None)
             shutil.rmtree(directory, ignore_errors=True)
 
+    def sending(self, tenant: str) -> bool:
+        """Whether a copy of ``tenant`` is being sent (which an erasure now would revoke)."""
+        with self._lock:
+            return tenant in self._copies
+
     def revoke(self, tenant: str) -> None:
         """Revoke every copy of ``tenant`` being sent (an erasure of its content)."""
         with self._lock:
