@@ -3,9 +3,11 @@ write, `mnemosyne restore` into a fresh data directory, incremental backups, and
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -602,6 +604,84 @@ def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(streaming: _S
         _wait_for(lambda: not any(scratch.glob("*")))
     log = server.stderr_path.read_text(errors="replace")
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+# The stream's bound on a client that takes none of it (MNEMOSYNE_TEST_SEND_STALL_SECONDS; 30 s).
+STALL_SECONDS = 2.0
+
+
+@pytest.fixture(scope="module")
+def stalling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server that ends a stream whose client takes none of it for STALL_SECONDS, one stream of
+    a tenant open at a time (--streams-per-tenant 1), with a tenant of about 20 MB: several times
+    what a stream's flow-control windows and its client's buffers hold (about 8 MiB on loopback),
+    so a client that stops reading holds up the server's next write."""
+    env = {"MNEMOSYNE_TOKENS": tokens_json({ADMIN: ["*"]}), "MNEMOSYNE_TEST_SEND_STALL_SECONDS": str(STALL_SECONDS)}
+    for server in module_server(tmp_path_factory, "stalling", env=env, args=["--streams-per-tenant", "1"]):
+        with MemoryClient(server.target, ADMIN, timeout=120) as admin:
+            for _ in range(15):  # random hex: bytes no store or link makes fewer
+                admin.retain_batch("wide", [secrets.token_hex(16_000) for _ in range(20)])
+        yield server
+
+
+def _whole_export(responses: Iterator[admin_pb2.ExportTenantResponse]) -> None:
+    """Read an export to its end, checking each file against its manifest's size and SHA-256."""
+    manifest, *chunks = responses
+    received: dict[str, Any] = {f.name: hashlib.sha256() for f in manifest.manifest.files}
+    sizes = dict.fromkeys(received, 0)
+    for response in chunks:
+        received[response.chunk.file].update(response.chunk.data)
+        sizes[response.chunk.file] += len(response.chunk.data)
+    assert len(chunks) > 10, "the tenant is several times what the windows hold"
+    for file in manifest.manifest.files:
+        assert (sizes[file.name], received[file.name].hexdigest()) == (file.size, file.sha256)
+
+
+def test_an_export_its_client_stopped_reading_ends_and_frees_its_place_and_scratch_copy(
+    stalling: ServerProcess,
+) -> None:
+    """An export whose client read its first chunk and then nothing held its stream's place and
+    its scratch copy of the tenant for good (the server's write waited on gRPC's flow control):
+    with one stream per tenant, that tenant's exports were refused from then on. The stream ends
+    once its client took none of it for the bound: its copy is deleted and its place freed at
+    once, the server logs one line, and its client, reading on, gets what was sent before and
+    then UNAVAILABLE STREAM_NOT_READ, with a retry delay."""
+    scratch = stalling.data_dir / ".backup-scratch"
+    logged = len(stalling.stderr_path.read_text(errors="replace"))
+    with grpc.insecure_channel(stalling.target) as channel:
+        stalled = _streamed(channel, "export", "wide")
+        next(stalled), next(stalled)  # its manifest and a first chunk, then nothing for a while
+        assert any(scratch.glob("*/database")), "the stream holds its scratch copy"
+        began = time.monotonic()
+        _wait_for(lambda: not any(scratch.glob("*")), timeout=STALL_SECONDS + 15)
+        freed = time.monotonic() - began
+        _whole_export(_streamed(channel, "export", "wide"))  # its place in --streams-per-tenant 1
+        with pytest.raises(grpc.RpcError) as ended:
+            for _ in stalled:
+                pass
+    info = error_info(ended.value)
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE and info is not None, ended.value.details()
+    assert info.reason == "STREAM_NOT_READ" and retry_delay(ended.value) == 1.0
+    assert STALL_SECONDS - 0.5 < freed < STALL_SECONDS + 10, freed
+    log = stalling.stderr_path.read_text(errors="replace")[logged:]
+    assert log.count("its client took none of the stream for 2 s") == 1, log
+    assert "ExportTenant of tenant wide" in log and "Traceback" not in log and " ERROR " not in log, log
+
+
+def test_an_export_read_slowly_but_steadily_is_sent_whole(stalling: ServerProcess) -> None:
+    """A client reading its export a chunk at a time, slowly (one in each eighth of the bound), is
+    never cut: gRPC lets the server's next message through once its client read half of what its
+    windows hold (2-4 chunks), always within the bound. Its file arrives whole."""
+    logged = len(stalling.stderr_path.read_text(errors="replace"))
+
+    def slowly(responses: Iterator[admin_pb2.ExportTenantResponse]) -> Iterator[admin_pb2.ExportTenantResponse]:
+        for response in responses:
+            yield response
+            time.sleep(STALL_SECONDS / 8)
+
+    with grpc.insecure_channel(stalling.target) as channel:
+        _whole_export(slowly(_streamed(channel, "export", "wide")))
+    assert "its client took none" not in stalling.stderr_path.read_text(errors="replace")[logged:]
 
 
 def test_a_backup_refuses_a_tenant_it_is_told_is_held_that_is_no_tenant_or_named_twice(streaming: _Streaming) -> None:

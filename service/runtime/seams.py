@@ -45,6 +45,9 @@ misspelt seam fails the test that set it instead of silently doing nothing):
 * ``MNEMOSYNE_TEST_REPLICA_CALL_SECONDS``: the longest a thread of the store waits for the
   replication's loop (a swap's waits for object storage), in place of 120 s
   (replication/replicator.py ``CALL_SECONDS``).
+* ``MNEMOSYNE_TEST_SEND_STALL_SECONDS``: how long a client may take none of its answer while more
+  waits to be sent before its stream (gRPC) or its connection (HTTP) is ended, in place of 30 s
+  (transport/send_stall.py ``SEND_STALL_SECONDS``).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class Seams:
     clock_file: Path | None = None
     hold_replica_database_file: Path | None = None
     replica_call_seconds: float = 0.0
+    send_stall_seconds: float = 0.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Seams | None:
@@ -131,6 +135,7 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CLOCK_FILE": ("clock_file", Path),
     "HOLD_REPLICA_DATABASE": ("hold_replica_database_file", Path),
     "REPLICA_CALL_SECONDS": ("replica_call_seconds", float),
+    "SEND_STALL_SECONDS": ("send_stall_seconds", float),
 }
 # Variables of the test harness, not of this process: the suite's external server
 # (tests/conftest.py) and the fsync probe's log (tests/sync_probe).

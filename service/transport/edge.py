@@ -46,6 +46,7 @@ from mnemosyne.transport.cluster.forwarding import Forwarder
 from mnemosyne.transport.cluster.link import LINK_PORT_KEY
 from mnemosyne.transport.consistency import LEVEL_KEY, carries
 from mnemosyne.transport.envelope import CallEnvelope, Refuse
+from mnemosyne.transport.send_stall import SEND_STALL_SECONDS
 
 ADMIN_METHODS = frozenset(
     {
@@ -212,6 +213,7 @@ class Edge:
         forwarder: Forwarder | None = None,
         finish_move: Callable[[Call], Awaitable[None]] | None = None,
         wait_for_writes: Callable[[Call, WritesOpen], Awaitable[None]] | None = None,
+        send_stall_seconds: float = SEND_STALL_SECONDS,
     ) -> None:
         self._authenticator = authenticator
         self.forwarder = forwarder
@@ -224,6 +226,8 @@ class Edge:
         self._admission = admission
         self.max_request_bytes = max_request_bytes
         self.recorder = recorder
+        # How long a stream's answer may wait on a client that takes none of it (transport/send_stall.py).
+        self.send_stall_seconds = send_stall_seconds
 
     @property
     def admission(self) -> Admission:

@@ -44,6 +44,7 @@ from mnemosyne.transport.grpc.hot_path import EventsServicer, HotPathServicer
 from mnemosyne.transport.grpc.servicers import AdminServicer, MemoryServicer, Servicers
 from mnemosyne.transport.grpc.webhooks import WebhookServicer
 from mnemosyne.transport.grpc.workspace import WorkspaceServicer
+from mnemosyne.transport.send_stall import send_stall_seconds
 from mnemosyne.transport.telemetry import Recorder
 from mnemosyne.transport.tls import check_member_certificate, server_credentials
 from mnemosyne.v1 import admin_pb2, events_pb2, hot_path_pb2, memory_pb2, webhooks_pb2, workspace_pb2
@@ -428,6 +429,7 @@ def _edge_and_servicers(
         forwarder=forwarder,
         finish_move=mover.finish,
         wait_for_writes=partial(consistency.wait, engine),
+        send_stall_seconds=send_stall_seconds(seams),
     )
     servicers = Servicers(
         memory=MemoryServicer(engine),

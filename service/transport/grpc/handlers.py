@@ -11,6 +11,7 @@ the ``google.rpc.Status`` of the one table, its details in ``grpc-status-details
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
@@ -27,8 +28,11 @@ from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.edge import Edge, client_stream_requests, decoder, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, ClientLeft
 from mnemosyne.transport.errors import rich_status, to_status_proto
+from mnemosyne.transport.send_stall import not_read
 
 Context = grpc.aio.ServicerContext[Any, Any]
+# How long a refusal waits to be sent (its client reading what was sent before it).
+STATUS_SECONDS = 1.0
 
 
 def service_handlers(edge: Edge, service: descriptor.ServiceDescriptor, servicer: object) -> grpc.GenericRpcHandler:
@@ -133,14 +137,25 @@ def _stream(edge: Edge, method: str, implementation: Callable[..., AsyncGenerato
                     async for message in messages:
                         if not envelope.answered:
                             await _send_initial(context, call.initial_metadata, envelope)
-                        try:
-                            await context.write(message)
-                        except ExecuteBatchError as error:  # the client left as it was sent (else: cancelled)
-                            raise ClientLeft from error
+                        await _write(context, message, call, edge.send_stall_seconds)
             if not envelope.answered:
                 await _send_initial(context, call.initial_metadata, envelope)
 
     return handle
+
+
+async def _write(context: Context, message: Any, call: Call, seconds: float) -> None:
+    """One message of a server stream, which gRPC's flow control holds until its client takes
+    what came before. One its client takes none of for ``seconds`` (SEND_STALL_SECONDS) ends the
+    stream STREAM_NOT_READ: raised here, it closes the stream's generators at once, and with them
+    what they hold (its place, a scratch copy). A client reading slowly takes a message within it."""
+    try:
+        async with asyncio.timeout(seconds):
+            await context.write(message)
+    except ExecuteBatchError as error:  # the client left as it was sent (else: cancelled)
+        raise ClientLeft from error
+    except TimeoutError:
+        raise not_read(call.method, call.tenant, seconds) from None
 
 
 def _begin(edge: Edge, method: str, request: Any, context: Context, metadata: list[tuple[str, str]]) -> Call:
@@ -155,7 +170,13 @@ async def _abort(context: Context, envelope: CallEnvelope, error: BaseException,
     if not envelope.answered:
         await _send_initial(context, (), envelope)
     rich = rich_status(status)
-    await context.abort(rich.code, rich.details, rich.trailing_metadata)
+    try:
+        # Its status follows the messages sent before it: one a client takes none of holds it
+        # back, and the call, as long as its messages (sent should it read on).
+        async with asyncio.timeout(STATUS_SECONDS):
+            await context.abort(rich.code, rich.details, rich.trailing_metadata)
+    except (TimeoutError, ExecuteBatchError):  # ExecuteBatchError: the client left meanwhile
+        pass  # the abort begun, gRPC ends the call with it (not with OK) once the handler returns
 
 
 async def _send_initial(context: Context, metadata: Sequence[tuple[str, str]], envelope: CallEnvelope) -> None:

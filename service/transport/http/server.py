@@ -32,15 +32,13 @@ from mnemosyne.transport.http.connections import ConnectionCap, RefusalLog, TlsT
 from mnemosyne.transport.http.guard import TARGET_HOST, target_authority
 from mnemosyne.transport.http.mapping import encode
 from mnemosyne.transport.http.methods import answering_head
+from mnemosyne.transport.send_stall import SEND_STALL_SECONDS
 
 # How long a connection may take to send a request's whole head, from when it connects or its
 # last response ends: uvicorn times a connection out only while it idles after a response (its
 # keep-alive), so one that never finishes a head (sends nothing, or a header line now and then)
 # would hold its socket for good. A client sends its head at once.
 HEAD_SECONDS = 30.0
-# How long a client may take none of its answer while more waits to be sent (nginx's send_timeout):
-# one that stopped reading (a watch's) held its connection, its place and its stream for good.
-SEND_STALL_SECONDS = 30.0
 # How long a TLS connection may take to finish its handshake: until then the connection is not
 # counted against the cap (its protocol has not started), and asyncio's own 60 s let a client that
 # connects and sends nothing hold a descriptor each for a minute. Clients finish it within a few

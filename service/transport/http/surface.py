@@ -100,6 +100,7 @@ class HttpSurface:
                 tls=https,
                 max_connections=connection_budget(config.http_max_connections, "HTTP"),
                 max_connections_per_address=config.http_max_connections_per_address,
+                send_stall_seconds=edge.send_stall_seconds,
             )
         except BaseException:
             sock.close()
