@@ -14,7 +14,7 @@ from mnemosyne.runtime.seams import Seams
 
 log = logging.getLogger("mnemosyne.rpc")
 
-# nginx's send_timeout is a minute. A client reading, however slowly, takes some of it within this.
+# nginx's send_timeout is a minute. A client reading slowly takes some of its answer within it.
 SEND_STALL_SECONDS = 30.0
 # What a client told its stream ended waits before calling again.
 RETRY_SECONDS = 1.0

@@ -6,7 +6,9 @@ the ``google.rpc.Status`` of the one table, its details in ``grpc-status-details
 * a request that cannot be decoded, or is above the size limit, reaches the edge as its refusal
   (``edge.decoder``), raised once the caller is authenticated;
 * the request id's echo is merged into the call's initial metadata (a call has only one);
-* a forwarded call's response passes through as the owner's bytes (``answers_bytes``).
+* a forwarded call's response passes through as the owner's bytes (``answers_bytes``);
+* a server stream whose client takes none of it for the send stall's bound is ended
+  (transport/send_stall.py), what it holds freed at once (``_write``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from mnemosyne.transport.errors import rich_status, to_status_proto
 from mnemosyne.transport.send_stall import not_read
 
 Context = grpc.aio.ServicerContext[Any, Any]
-# How long a refusal waits to be sent (its client reading what was sent before it).
+# How long a refusal is waited for: sent after the messages before it, it is left to gRPC past
+# this, sent should a client that takes none of them read on.
 STATUS_SECONDS = 1.0
 
 
@@ -148,7 +151,8 @@ async def _write(context: Context, message: Any, call: Call, seconds: float) -> 
     """One message of a server stream, which gRPC's flow control holds until its client takes
     what came before. One its client takes none of for ``seconds`` (SEND_STALL_SECONDS) ends the
     stream STREAM_NOT_READ: raised here, it closes the stream's generators at once, and with them
-    what they hold (its place, a scratch copy). A client reading slowly takes a message within it."""
+    what they hold (its place, a scratch copy). gRPC lets a message through once its client read
+    about half of what its windows hold: a client reading slowly lets one through within it."""
     try:
         async with asyncio.timeout(seconds):
             await context.write(message)
@@ -171,9 +175,7 @@ async def _abort(context: Context, envelope: CallEnvelope, error: BaseException,
         await _send_initial(context, (), envelope)
     rich = rich_status(status)
     try:
-        # Its status follows the messages sent before it: one a client takes none of holds it
-        # back, and the call, as long as its messages (sent should it read on).
-        async with asyncio.timeout(STATUS_SECONDS):
+        async with asyncio.timeout(STATUS_SECONDS):  # a client taking none of a stream holds it back
             await context.abort(rich.code, rich.details, rich.trailing_metadata)
     except (TimeoutError, ExecuteBatchError):  # ExecuteBatchError: the client left meanwhile
         pass  # the abort begun, gRPC ends the call with it (not with OK) once the handler returns
