@@ -607,7 +607,7 @@ def test_a_stream_its_client_left_removes_its_scratch_copy_at_once(streaming: _S
 
 
 # The stream's bound on a client that takes none of it (MNEMOSYNE_TEST_SEND_STALL_SECONDS; 30 s).
-STALL_SECONDS = 2.0
+STALL_SECONDS = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -637,15 +637,17 @@ def _whole_export(responses: Iterator[admin_pb2.ExportTenantResponse]) -> None:
         assert (sizes[file.name], received[file.name].hexdigest()) == (file.size, file.sha256)
 
 
-def test_an_export_its_client_stopped_reading_ends_and_frees_its_place_and_scratch_copy(
+def test_an_export_its_client_stopped_reading_ends_and_frees_its_scratch_copy_and_its_place_once_its_client_goes(
     stalling: ServerProcess,
 ) -> None:
-    """An export whose client read its first chunk and then nothing held its stream's place and
-    its scratch copy of the tenant for good (the server's write waited on gRPC's flow control):
-    with one stream per tenant, that tenant's exports were refused from then on. The stream ends
-    once its client took none of it for the bound: its copy is deleted and its place freed at
-    once, the server logs one line, and its client, reading on, gets what was sent before and
-    then UNAVAILABLE STREAM_NOT_READ, with a retry delay."""
+    """An export whose client read its first chunk and then nothing held its scratch copy of the
+    tenant and its stream's place for good (the server's write waited on gRPC's flow control).
+    The stream ends once its client took none of it for the bound: its copy is deleted at once
+    and the server logs one line. gRPC keeps the call, and the message not taken, until its
+    client reads on or goes, so the stream keeps its place in --streams-per-tenant (1 here) that
+    long: however many streams a tenant leaves unread, they hold no more than that limit. Its
+    client, reading on, gets what was sent before and then UNAVAILABLE STREAM_NOT_READ with a
+    retry delay, and the place is free again."""
     scratch = stalling.data_dir / ".backup-scratch"
     logged = len(stalling.stderr_path.read_text(errors="replace"))
     with grpc.insecure_channel(stalling.target) as channel:
@@ -655,21 +657,37 @@ def test_an_export_its_client_stopped_reading_ends_and_frees_its_place_and_scrat
         began = time.monotonic()
         _wait_for(lambda: not any(scratch.glob("*")), timeout=STALL_SECONDS + 15)
         freed = time.monotonic() - began
-        _whole_export(_streamed(channel, "export", "wide"))  # its place in --streams-per-tenant 1
+        with pytest.raises(grpc.RpcError) as refused:
+            next(_streamed(channel, "export", "wide"))
+        refusal = error_info(refused.value)
+        assert refusal is not None and refusal.reason == "STREAMS_PER_TENANT_REACHED", refused.value.details()
         with pytest.raises(grpc.RpcError) as ended:
             for _ in stalled:
                 pass
+        _wait_for(lambda: _exports_whole(channel))  # the place is given back as gRPC ends the call
     info = error_info(ended.value)
     assert ended.value.code() == grpc.StatusCode.UNAVAILABLE and info is not None, ended.value.details()
     assert info.reason == "STREAM_NOT_READ" and retry_delay(ended.value) == 1.0
     assert STALL_SECONDS - 0.5 < freed < STALL_SECONDS + 10, freed
     log = stalling.stderr_path.read_text(errors="replace")[logged:]
-    assert log.count("its client took none of the stream for 2 s") == 1, log
+    assert log.count(f"its client took none of the stream for {STALL_SECONDS:g} s") == 1, log
     assert "ExportTenant of tenant wide" in log and "Traceback" not in log and " ERROR " not in log, log
 
 
+def _exports_whole(channel: grpc.Channel) -> bool:
+    """Whether an export of "wide" is taken and arrives whole (False while its place is held)."""
+    try:
+        _whole_export(_streamed(channel, "export", "wide"))
+    except grpc.RpcError as refused:
+        info = error_info(refused)
+        if info is None or info.reason != "STREAMS_PER_TENANT_REACHED":
+            raise
+        return False
+    return True
+
+
 def test_an_export_read_slowly_but_steadily_is_sent_whole(stalling: ServerProcess) -> None:
-    """A client reading its export a chunk at a time, slowly (one in each eighth of the bound), is
+    """A client reading its export a chunk at a time, slowly (one in each twelfth of the bound), is
     never cut: gRPC lets the server's next message through once its client read half of what its
     windows hold (2-4 chunks), always within the bound. Its file arrives whole."""
     logged = len(stalling.stderr_path.read_text(errors="replace"))
@@ -677,7 +695,7 @@ def test_an_export_read_slowly_but_steadily_is_sent_whole(stalling: ServerProces
     def slowly(responses: Iterator[admin_pb2.ExportTenantResponse]) -> Iterator[admin_pb2.ExportTenantResponse]:
         for response in responses:
             yield response
-            time.sleep(STALL_SECONDS / 8)
+            time.sleep(STALL_SECONDS / 12)
 
     with grpc.insecure_channel(stalling.target) as channel:
         _whole_export(slowly(_streamed(channel, "export", "wide")))

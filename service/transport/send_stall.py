@@ -25,7 +25,11 @@ def send_stall_seconds(seams: Seams) -> float:
     return seams.send_stall_seconds or SEND_STALL_SECONDS
 
 
-def not_read(method: str, tenant: str, seconds: float) -> Unavailable:
+class StreamNotRead(Unavailable):
+    """A stream ended because its client took none of it (``not_read``)."""
+
+
+def not_read(method: str, tenant: str, seconds: float) -> StreamNotRead:
     """A stream ended because its client took none of it for ``seconds``: logged once, and the
     status its client gets should it read on (after what was sent before)."""
     log.warning(
@@ -34,7 +38,7 @@ def not_read(method: str, tenant: str, seconds: float) -> Unavailable:
         f" of tenant {tenant}" if tenant else "",
         seconds,
     )
-    return Unavailable(
+    return StreamNotRead(
         f"the stream was ended: its client took none of it for {seconds:g} s while more waited to be "
         "sent; read a stream as it comes, and call again",
         reason="STREAM_NOT_READ",

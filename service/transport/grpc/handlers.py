@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import aclosing
+from contextlib import ExitStack, aclosing
 from functools import partial
 from typing import Any
 
@@ -25,12 +25,12 @@ from google.protobuf import descriptor, message_factory
 from google.rpc import status_pb2
 from grpc._cython.cygrpc import ExecuteBatchError  # a message's send failed: grpc.aio raises it as is
 
-from mnemosyne.errors import Unimplemented
+from mnemosyne.errors import ResourceExhausted, Unavailable, Unimplemented
 from mnemosyne.transport.call import Call, metadata_value
 from mnemosyne.transport.edge import Edge, client_stream_requests, decoder, kind_of
 from mnemosyne.transport.envelope import CallEnvelope, ClientLeft
 from mnemosyne.transport.errors import rich_status, to_status_proto
-from mnemosyne.transport.send_stall import not_read
+from mnemosyne.transport.send_stall import StreamNotRead, not_read
 
 Context = grpc.aio.ServicerContext[Any, Any]
 # How long a refusal is waited for: sent after the messages before it, it is left to gRPC past
@@ -136,11 +136,15 @@ def _stream(edge: Edge, method: str, implementation: Callable[..., AsyncGenerato
             call = _begin(edge, method, request, context, metadata)
             # A write its client does not take yet is cut too when a shutdown's grace period ends.
             with edge.admission.cut_when_calls_end():
-                async with aclosing(edge.answer_stream(implementation, request, call)) as messages:
-                    async for message in messages:
-                        if not envelope.answered:
-                            await _send_initial(context, call.initial_metadata, envelope)
-                        await _write(context, message, call, edge.send_stall_seconds)
+                try:
+                    async with aclosing(edge.answer_stream(implementation, request, call)) as messages:
+                        async for message in messages:
+                            if not envelope.answered:
+                                await _send_initial(context, call.initial_metadata, envelope)
+                            await _write(context, message, call, edge.send_stall_seconds)
+                except StreamNotRead:
+                    _counted_until_its_call_ends(edge, call, context)
+                    raise
             if not envelope.answered:
                 await _send_initial(context, call.initial_metadata, envelope)
 
@@ -151,7 +155,7 @@ async def _write(context: Context, message: Any, call: Call, seconds: float) -> 
     """One message of a server stream, which gRPC's flow control holds until its client takes
     what came before. One its client takes none of for ``seconds`` (SEND_STALL_SECONDS) ends the
     stream STREAM_NOT_READ: raised here, it closes the stream's generators at once, and with them
-    what they hold (its place, a scratch copy). gRPC lets a message through once its client read
+    what they hold (a scratch copy, an export's place; ``_counted_until_its_call_ends``). gRPC lets a message through once its client read
     about half of what its windows hold: a client reading slowly lets one through within it."""
     try:
         async with asyncio.timeout(seconds):
@@ -160,6 +164,24 @@ async def _write(context: Context, message: Any, call: Call, seconds: float) -> 
         raise ClientLeft from error
     except TimeoutError:
         raise not_read(call.method, call.tenant, seconds) from None
+
+
+def _counted_until_its_call_ends(edge: Edge, call: Call, context: Context) -> None:
+    """A stream ended unread stays counted, as a call and in ``--streams-per-tenant``, until gRPC
+    ends it (its client reads on, cancels or goes): gRPC, which the server cannot make drop a
+    call, holds its message not taken meanwhile (an export's chunk: megabytes), so however many
+    streams a tenant's clients leave unread, they hold no more than that limit allows. Taken once
+    the stream's generators closed and gave their place back: not taken should another stream of
+    the tenant have taken that place meanwhile, or the server begun to stop."""
+    held = ExitStack()
+    try:
+        edge.admission.enter()
+        held.callback(edge.admission.leave)
+        held.enter_context(edge.admission.stream(call.tenant))
+    except (ResourceExhausted, Unavailable):
+        held.close()
+        return
+    context.add_done_callback(lambda _context: held.close())  # type: ignore[arg-type]  # the stubs want their own class
 
 
 def _begin(edge: Edge, method: str, request: Any, context: Context, metadata: list[tuple[str, str]]) -> Call:
