@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import collections
 import random
+import secrets
 import threading
 import time
+from pathlib import Path
 
 from mnemosyne.client import MemoryClient, MnemosyneClientError
 from mnemosyne.store.oplog_inspect import inspect_oplog
+from tests.support import ServerProcess
+from tests.test_erasure import _all_memories, texts_left
 
 
 def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(server_factory, tmp_path) -> None:
@@ -24,14 +28,7 @@ def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(
     for round_number in range(rounds):
         # Every fourth round the workers are held (claimed and extracted, not committed), so some
         # kills surely find work in flight whatever the machine's speed; the others die anywhere.
-        if round_number % 4 == 0:
-            hold.touch()
-        else:
-            hold.unlink(missing_ok=True)
-        server.start() if round_number == 0 else server.restart()
-        client = MemoryClient(server.target, timeout=10, retries=0)
-        if round_number == 0:
-            client.hot_path("crashy", "enable")
+        client = _next_round(server, "crashy", round_number, held=hold if round_number % 4 == 0 else None)
         stop = threading.Event()
 
         def produce(
@@ -57,6 +54,7 @@ def test_sigkill_at_random_points_during_a_backlog_loses_and_duplicates_nothing(
         stop.set()
         writer.join(timeout=30)
         client.close()
+        hold.unlink(missing_ok=True)
         if server.tenant_file("crashy").exists():
             open_at_kills.append(len(inspect_oplog(server.data_dir, "crashy")["open"]))
     hold.unlink(missing_ok=True)
@@ -125,3 +123,93 @@ def test_succeeded_is_never_reported_before_the_memory_is_recallable(client: Mem
     finally:
         writer.join()
     assert checked == total
+
+
+def test_fast_writes_forgotten_as_they_are_written_through_sigkills_never_come_back(server_factory, tmp_path) -> None:
+    """Fast writes, each of its own secret and key, and forgets of them (by filter while queued,
+    or by id once applied), while the server is SIGKILLed at random moments and started again;
+    some rounds with the workers held mid-round. Afterwards, on a server whose workers take nothing
+    unless a read waits: a read given a token kept before a kill answers at once, with its write
+    or, for one forgotten, without it; no forgotten secret is in any file, nor comes back once the
+    queue drains; every acknowledged write not forgotten is stored exactly once."""
+    rng = random.Random(20261208)
+    held_round, backlog = tmp_path / "hold-workers", tmp_path / "hold-backlog"
+    server = server_factory(env={"MNEMOSYNE_TEST_HOLD_WORKERS": str(held_round)}, args=["--hot-path-batch", "8"])
+    written: dict[str, tuple[str, str]] = {}  # key -> its secret and the token its write answered
+    forgetting: set[str] = set()  # keys a forget was sent for
+    forgotten: set[str] = set()  # ... and acknowledged
+    for round_number in range(6):
+        # Every third round the workers hold before their commit: the kill finds work in flight.
+        client = _next_round(server, "forgetful", round_number, held=held_round if round_number % 3 == 0 else None)
+        stop = threading.Event()
+
+        def write_and_forget(draw: random.Random, client: MemoryClient = client, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                key, secret = f"k{len(written)}-{draw.randrange(10**9)}", secrets.token_hex(12)
+                try:
+                    client.retain("forgetful", f"Locker {key} opens with {secret}", metadata={"key": key}, fast=True)
+                    written[key] = (secret, client.consistency_token("forgetful") or "")
+                    victim = draw.choice([key, draw.choice(sorted(written))])
+                    if draw.random() < 0.5 or victim in forgetting:
+                        continue
+                    forgetting.add(victim)
+                    # By id a third of the time, once applied: a read carrying the session's token
+                    # applies this round's writes first (an earlier round's may be queued still).
+                    by_id = draw.random() < 0.3
+                    applied = (
+                        client.list_memories("forgetful", metadata_equals={"key": victim}).memories if by_id else []
+                    )
+                    if applied:
+                        client.forget("forgetful", applied[0].id)
+                    else:  # by filter, queued or applied
+                        client.forget_memories("forgetful", {"key": victim})
+                    forgotten.add(victim)
+                except MnemosyneClientError:
+                    return  # the server died under this call: its fate is unknown, not promised
+
+        writer = threading.Thread(target=write_and_forget, args=(random.Random(round_number),))
+        writer.start()
+        time.sleep(rng.uniform(0.1, 1.0))
+        server.kill()
+        stop.set()
+        writer.join(timeout=30)
+        client.close()
+        held_round.unlink(missing_ok=True)
+    assert len(forgotten) > 20, "the drill forgot too little to mean anything"
+    backlog.touch()
+    server.env["MNEMOSYNE_TEST_HOLD_BACKLOG"] = str(backlog)
+    server.restart()
+    secrets_forgotten = [written[key][0] for key in forgotten]
+    assert texts_left(server.data_dir, secrets_forgotten) == {}
+    with MemoryClient(server.target, timeout=60, session_consistency=False) as client:
+        for key in rng.sample(sorted(written), 30):
+            started = time.monotonic()
+            found = client.list_memories(
+                "forgetful", metadata_equals={"key": key}, consistency_token=written[key][1]
+            ).memories
+            assert time.monotonic() - started < 10
+            if key in forgotten:
+                assert found == [], key
+            elif key not in forgetting:
+                assert len(found) == 1, key
+        backlog.unlink()
+        client.hot_path("forgetful", "flush", timeout_seconds=60)
+        stored = collections.Counter(m.metadata["key"] for m in _all_memories(client, "forgetful"))
+        assert not forgotten & set(stored), "a forgotten write came back"
+        lost = [key for key in written if key not in forgetting and stored[key] != 1]
+        assert not lost, f"{len(lost)} acknowledged writes not stored once: {lost[:3]}"
+        assert client.verify_integrity("forgetful").valid
+    assert texts_left(server.data_dir, secrets_forgotten) == {}
+
+
+def _next_round(server: ServerProcess, tenant: str, round_number: int, *, held: Path | None) -> MemoryClient:
+    """The server started (the first round, which also enables the tenant's hot path) or started
+    again after its kill, its workers holding before their commit while ``held`` exists (the test
+    seam the server was given), and a client of the round that tries each call once."""
+    if held is not None:
+        held.touch()
+    server.start() if round_number == 0 else server.restart()
+    client = MemoryClient(server.target, timeout=10, retries=0)
+    if round_number == 0:
+        client.hot_path(tenant, "enable")
+    return client
