@@ -75,16 +75,18 @@ from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.webhooks import DeliveryWorker, Subscriptions
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
-from mnemosyne.errors import InvalidArgument
+from mnemosyne.errors import InvalidArgument, MnemosyneError
 from mnemosyne.replication.replicator import Replicator
 from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.connections import limit_page_caches, sqlite_memory
 from mnemosyne.store.copies import StreamedCopies
 from mnemosyne.store.data_dir import volume_bytes
+from mnemosyne.store.erasures_cut_short import erasures_cut_short
 from mnemosyne.store.maintenance import wal_limit_pages
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.replicas import NO_REPLICAS
+from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN
 from mnemosyne.store.tenantless_requests import TenantlessRequests
 
 log = logging.getLogger("mnemosyne.engine")
@@ -163,6 +165,7 @@ class Engine:
             pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
         )
         try:
+            self._finish_erasures_cut_short()
             self._start_background(observer)
         except BaseException:
             self.consolidator.stop()
@@ -232,6 +235,18 @@ class Engine:
         self.workspaces = Workspaces(pool=self.pool, recall=self.recall, observer=observer, config=config, seams=seams)
         self.tenants = Tenants(pool=self.pool, limits=config.limits)
         self.reembedding = Reembedding(pool=self.pool, embedders=embedders)
+
+    def _finish_erasures_cut_short(self) -> None:
+        """Each forget's erasure a kill cut short (store/erasures_cut_short.py) finished before
+        the server serves, by opening its tenant: not when a call next opens it, however late."""
+        for tenant in erasures_cut_short(self.pool.tenants_dir, TENANT_ID_PATTERN.fullmatch):
+            if not self.pool.served_here(tenant):
+                continue  # a copy moved away or not yet active: its owner's open finishes it
+            try:
+                with self.pool.tenant(tenant, create=False):
+                    pass  # the open finishes the erasure (TenantStore._resume)
+            except MnemosyneError as exc:  # the tenant's next open finishes it
+                log.warning("the erasure a kill cut short in tenant %s is finished at its next open: %s", tenant, exc)
 
     def _start_background(self, observer: EngineObserver) -> None:
         """The background workers (the hot path's, the consolidator's) started, and the parts that
