@@ -43,6 +43,7 @@ from mnemosyne.engine.config import EngineConfig
 from mnemosyne.engine.consistency import Consistency
 from mnemosyne.engine.consolidator import SessionConsolidator, proposer_for
 from mnemosyne.engine.conversation import conversation_item
+from mnemosyne.engine.cut_short_erasures import CutShortErasures
 from mnemosyne.engine.dedup import Deduplicator
 from mnemosyne.engine.embedder import Embedder
 from mnemosyne.engine.embedders import TenantEmbedders
@@ -75,18 +76,16 @@ from mnemosyne.engine.updates import Updates
 from mnemosyne.engine.webhooks import DeliveryWorker, Subscriptions
 from mnemosyne.engine.workspace import Workspaces
 from mnemosyne.engine.write_path import WritePath, payload_hash
-from mnemosyne.errors import InvalidArgument, MnemosyneError
+from mnemosyne.errors import InvalidArgument
 from mnemosyne.replication.replicator import Replicator
 from mnemosyne.runtime.clock import Clock
 from mnemosyne.runtime.seams import Seams
 from mnemosyne.store.connections import limit_page_caches, sqlite_memory
 from mnemosyne.store.copies import StreamedCopies
 from mnemosyne.store.data_dir import volume_bytes
-from mnemosyne.store.erasures_cut_short import erasures_cut_short
 from mnemosyne.store.maintenance import wal_limit_pages
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.replicas import NO_REPLICAS
-from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN
 from mnemosyne.store.tenantless_requests import TenantlessRequests
 
 log = logging.getLogger("mnemosyne.engine")
@@ -165,7 +164,6 @@ class Engine:
             pool=self.pool, workspaces=self.workspaces, proposer=proposer, observer=observer, config=config, seams=seams
         )
         try:
-            self._finish_erasures_cut_short()
             self._start_background(observer)
         except BaseException:
             self.consolidator.stop()
@@ -236,18 +234,6 @@ class Engine:
         self.tenants = Tenants(pool=self.pool, limits=config.limits)
         self.reembedding = Reembedding(pool=self.pool, embedders=embedders)
 
-    def _finish_erasures_cut_short(self) -> None:
-        """Each forget's erasure a kill cut short (store/erasures_cut_short.py) finished before
-        the server serves, by opening its tenant: not when a call next opens it, however late."""
-        for tenant in erasures_cut_short(self.pool.tenants_dir, TENANT_ID_PATTERN.fullmatch):
-            if not self.pool.served_here(tenant):
-                continue  # a copy moved away or not yet active: its owner's open finishes it
-            try:
-                with self.pool.tenant(tenant, create=False):
-                    pass  # the open finishes the erasure (TenantStore._resume)
-            except MnemosyneError as exc:  # the tenant's next open finishes it
-                log.warning("the erasure a kill cut short in tenant %s is finished at its next open: %s", tenant, exc)
-
     def _start_background(self, observer: EngineObserver) -> None:
         """The background workers (the hot path's, the consolidator's) started, and the parts that
         stop or drain the hot path (erasure, imports, moves)."""
@@ -297,6 +283,8 @@ class Engine:
             subscribed=self.deliveries.subscribed,
         )
         self.deliveries.start()
+        self.cut_short_erasures = CutShortErasures(self.pool)  # last: nothing after it fails the start
+        self.cut_short_erasures.start()
 
     def replication_gauges(self) -> dict[str, Callable[[], float]]:
         """The replication's metrics (no tenant in them), read on each scrape; none without it."""
@@ -315,6 +303,7 @@ class Engine:
         self.consolidator.stop()
         self.deliveries.stop()
         self.hot_path.stop()
+        self.cut_short_erasures.stop()
         self.write_path.close()
         self.tenantless_requests.close()
         if self.lost_tenants is not None:

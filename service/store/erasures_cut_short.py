@@ -1,15 +1,15 @@
 """The tenants whose last process died between a forget's commit and the end of its erasure
 (``TenantStore.erase_traces``): their files, and the WAL beside them, still hold the pages as they
 were before the forget until the tenant opens again, which finishes it (``TenantStore._resume``).
-A start opens these at once, so what a committed forget erased is not kept on disk for as long as
-nobody calls its tenant.
+A start opens these (engine/cut_short_erasures.py), so what a committed forget erased is not kept
+on disk for as long as nobody calls its tenant.
 
 Only a tenant left with a WAL can be one: a store that closes removes its WAL, so a WAL at a start
 is a file its process had open when it died. Each such file is read, never written, here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import apsw
@@ -22,15 +22,14 @@ from mnemosyne.store.tenant_file import damage_of
 WAL_SUFFIX = f"{TENANT_FILE_SUFFIX}-wal"
 
 
-def erasures_cut_short(tenants_dir: Path, valid: Callable[[str], object]) -> list[str]:
-    """The tenants (``valid`` ids) whose file records an erasure not finished, in lexical order."""
-    cut_short = []
+def erasures_cut_short(tenants_dir: Path, valid: Callable[[str], object]) -> Iterator[str]:
+    """The tenants (``valid`` ids) whose file records an erasure not finished, in lexical order,
+    each as it is found."""
     for wal in sorted(tenants_dir.glob(f"*{WAL_SUFFIX}")):
         tenant = wal.name[: -len(WAL_SUFFIX)]
         path = wal.with_name(f"{tenant}{TENANT_FILE_SUFFIX}")
         if valid(tenant) and damage_of(path) is None and _pending(path):
-            cut_short.append(tenant)
-    return cut_short
+            yield tenant
 
 
 def _pending(path: Path) -> bool:
