@@ -25,7 +25,6 @@ class CutShortErasures:
         self._pool = pool
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cut-short-erasures", daemon=True)
-        self.finished: list[str] = []  # the tenants whose erasure this start finished
 
     def start(self) -> None:
         self._thread.start()
@@ -47,5 +46,3 @@ class CutShortErasures:
                     pass  # the open finishes the erasure
             except MnemosyneError as exc:  # the tenant's next open finishes it
                 log.warning("the erasure a kill cut short in tenant %s is finished at its next open: %s", tenant, exc)
-                continue
-            self.finished.append(tenant)
