@@ -12,12 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import apsw
-
-from mnemosyne.store.bookkeeping import ERASURE_META
-from mnemosyne.store.connections import open_offline
+from mnemosyne.errors import MnemosyneError
 from mnemosyne.store.data_dir import TENANT_FILE_SUFFIX
-from mnemosyne.store.tenant_file import damage_of
+from mnemosyne.store.tenant_store import read_file
 
 WAL_SUFFIX = f"{TENANT_FILE_SUFFIX}-wal"
 
@@ -27,19 +24,13 @@ def erasures_cut_short(tenants_dir: Path, valid: Callable[[str], object]) -> Ite
     each as it is found."""
     for wal in sorted(tenants_dir.glob(f"*{WAL_SUFFIX}")):
         tenant = wal.name[: -len(WAL_SUFFIX)]
-        path = wal.with_name(f"{tenant}{TENANT_FILE_SUFFIX}")
-        if valid(tenant) and damage_of(path) is None and _pending(path):
+        if valid(tenant) and _pending(wal.with_name(f"{tenant}{TENANT_FILE_SUFFIX}")):
             yield tenant
 
 
 def _pending(path: Path) -> bool:
     try:
-        connection = open_offline(path)
-    except apsw.Error:
-        return False  # not ours to judge here: the tenant's own open names what is wrong
-    try:
-        return connection.execute("SELECT 1 FROM meta WHERE key = ?", (ERASURE_META,)).fetchone() is not None
-    except apsw.Error:  # no meta table (an empty file, a file of another schema): nothing pending
+        with read_file(path) as txn:
+            return txn.erasure_pending()
+    except (MnemosyneError, FileNotFoundError):  # damaged, or gone since: the tenant's own open tells
         return False
-    finally:
-        connection.close()
