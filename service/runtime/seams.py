@@ -48,6 +48,9 @@ misspelt seam fails the test that set it instead of silently doing nothing):
 * ``MNEMOSYNE_TEST_SEND_STALL_SECONDS``: how long a client may take none of its answer while more
   waits to be sent before its stream (gRPC) or its connection (HTTP) is ended, in place of 30 s
   (transport/send_stall.py ``SEND_STALL_SECONDS``).
+* ``MNEMOSYNE_TEST_TLS_SHUTDOWN_SECONDS``: asyncio's bound on the close of the HTTP port's TLS
+  connections (its ``ssl_shutdown_timeout``), in place of its 30 s (transport/http/server.py
+  ``TLS_SHUTDOWN_SECONDS``): a test sees what of a close still waits on it.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class Seams:
     hold_replica_database_file: Path | None = None
     replica_call_seconds: float = 0.0
     send_stall_seconds: float = 0.0
+    tls_shutdown_seconds: float = 0.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Seams | None:
@@ -136,6 +140,7 @@ _READERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "HOLD_REPLICA_DATABASE": ("hold_replica_database_file", Path),
     "REPLICA_CALL_SECONDS": ("replica_call_seconds", float),
     "SEND_STALL_SECONDS": ("send_stall_seconds", float),
+    "TLS_SHUTDOWN_SECONDS": ("tls_shutdown_seconds", float),
 }
 # Variables of the test harness, not of this process: the suite's external server
 # (tests/conftest.py) and the fsync probe's log (tests/sync_probe).

@@ -326,7 +326,9 @@ async def start_server(
         await server.start()
         if running.http is not None:
             http_host = config.http_host or config.host
-            await running.http.start(config, http_host, SERVICES, edge, servicers, engine, tls=credentials is not None)
+            await running.http.start(
+                config, http_host, SERVICES, edge, servicers, engine, tls=credentials is not None, seams=seams
+            )
         running.started = True
     except BaseException:
         await _abandon(running, engine, admission)

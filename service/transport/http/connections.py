@@ -10,7 +10,6 @@ import fcntl
 import logging
 import struct
 import termios
-from collections.abc import Callable
 
 from mnemosyne.errors import Unavailable
 from mnemosyne.observability.counted_log import CountedLog
@@ -95,16 +94,35 @@ class TlsTransport:
     connection waits 30 s for the client's own close (its close_notify), the connection holding
     its place in the cap and its descriptor meanwhile: clients that kept their sockets after the
     server closed them (an answer with ``Connection: close``, a head's or the keep-alive's end)
-    held the cap's places that long. Whoever closes it, ``closed`` is called, and the protocol
-    drops it once nothing is left to send (``_HeadTimedProtocol._drop_closed_tls``)."""
+    held the cap's places that long. Whoever closes it, it is dropped ``close_seconds`` after its
+    close once nothing is left to send; one whose client still reads its answer is left to
+    asyncio's own bound. Its protocol tells it when the connection is gone (``lost``)."""
 
-    def __init__(self, transport: asyncio.Transport, closed: Callable[[], None]) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, close_seconds: float) -> None:
         self._transport = transport
-        self._closed = closed
+        self._loop = loop
+        self._close_seconds = close_seconds
+        self._timer: asyncio.TimerHandle | None = None  # closed: when it is looked at again
+        self._gone = False  # connection_lost came
 
     def close(self) -> None:
-        self._transport.close()
-        self._closed()
+        if not self._transport.is_closing():  # asyncio's second close forgets its TLS protocol
+            self._transport.close()
+        if self._timer is None and not self._gone:
+            self._timer = self._loop.call_later(self._close_seconds, self._drop_closed)
+
+    def lost(self) -> None:
+        self._gone = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _drop_closed(self) -> None:
+        self._timer = None
+        if self.unsent():
+            self._timer = self._loop.call_later(self._close_seconds, self._drop_closed)
+            return
+        self._transport.abort()
 
     def unsent(self) -> int:
         """``unsent`` of the connection, TLS's own buffer counted too (asyncio's transport under TLS,

@@ -67,6 +67,9 @@ REFUSED_READ_BYTES = 64 << 20
 # How long a TLS connection's close, whoever closes it, may wait for the client's own close once
 # nothing is left to send (asyncio waits 30 s for it, the connection holding its place in the cap).
 TLS_CLOSE_SECONDS = 1.0
+# asyncio's own bound on a TLS connection's close (its ssl_shutdown_timeout's default), named so a
+# test can shorten it (runtime/seams.py).
+TLS_SHUTDOWN_SECONDS = 30.0
 # A connection over the cap is answered 503 HTTP_CONNECTIONS_FULL and read (and dropped) this long
 # at most, so that its client gets the answer rather than a reset; past REFUSED_FULL_LINGERING
 # such connections (or a quarter of the cap, if less) it is closed at once: a flood of new
@@ -199,14 +202,13 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     _dropping_timer: asyncio.TimerHandle | None = None  # refused: its end of reading and dropping
     _dropped = 0  # bytes read and dropped since the refusal
     _gone = False  # connection_lost came
-    _tls_close_timer: asyncio.TimerHandle | None = None  # closed over TLS: when it is dropped
     _send_timer: asyncio.TimerHandle | None = None  # writing paused: when the client is found stalled
     _unsent = 0  # bytes waiting to be sent when the send timer was armed
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
         if not transport.can_write_eof():  # TLS: its close is bounded (``TlsTransport``)
-            self.transport = TlsTransport(transport, self._drop_closed_tls)  # type: ignore[assignment]  # what it calls is there
+            self.transport = TlsTransport(transport, self.loop, TLS_CLOSE_SECONDS)  # type: ignore[assignment]  # what it calls is there
         address = self.client[0] if self.client else ""
         refusal = self.cap.admit(address)
         if refusal is not None:
@@ -310,22 +312,6 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         if self._gone:
             return
         self.transport.close()  # TLS: bounded, the client's close never coming from a sender (``TlsTransport``)
-
-    def _drop_closed_tls(self) -> None:
-        """TLS_CLOSE_SECONDS after its close, abort a TLS connection with nothing left to send
-        rather than wait for its client's close; one whose client still reads its answer is left
-        to asyncio's own bound."""
-        if self._tls_close_timer is None and not self._gone:
-            self._tls_close_timer = self.loop.call_later(TLS_CLOSE_SECONDS, self._abort_closed_tls)
-
-    def _abort_closed_tls(self) -> None:
-        self._tls_close_timer = None
-        if self._gone:
-            return
-        if unsent(self.transport):
-            self._drop_closed_tls()
-            return
-        self.transport.abort()
 
     def on_headers_complete(self) -> None:
         self._stop_waiting()
@@ -452,11 +438,11 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         self.cap.lingering -= self._lingering
         self._lingering = False
         self._gone = True
-        if self._dropping_timer is not None:
-            self._dropping_timer.cancel()
-        for timer in (self._tls_close_timer, self._send_timer):
+        for timer in (self._dropping_timer, self._send_timer):
             if timer is not None:
                 timer.cancel()
+        if isinstance(self.transport, TlsTransport):
+            self.transport.lost()
         self._stop_waiting()
         self._stop_waiting_for_body()
         super().connection_lost(exc)
@@ -479,6 +465,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
 
 class _EmbeddedServer(uvicorn.Server):
     handshake_seconds = HANDSHAKE_SECONDS
+    tls_shutdown_seconds = TLS_SHUTDOWN_SECONDS
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -487,7 +474,8 @@ class _EmbeddedServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start, but serving ``sockets`` with a TLS handshake bounded by
-        ``handshake_seconds`` (uvicorn's own ``create_server`` takes no such bound)."""
+        ``handshake_seconds`` and its close by ``tls_shutdown_seconds`` (uvicorn's own
+        ``create_server`` takes no such bounds)."""
         await super().startup(sockets=[])  # its lifespan and state, no listener of its own
         self.started = False
         loop = asyncio.get_running_loop()
@@ -506,6 +494,7 @@ class _EmbeddedServer(uvicorn.Server):
                     ssl=config.ssl,
                     backlog=config.backlog,
                     ssl_handshake_timeout=self.handshake_seconds if config.ssl else None,
+                    ssl_shutdown_timeout=self.tls_shutdown_seconds if config.ssl else None,
                 )
             )
         self.started = True
@@ -532,6 +521,7 @@ class HttpServer:
         refused_read_seconds: float = REFUSED_READ_SECONDS,
         refused_read_bytes: int = REFUSED_READ_BYTES,
         send_stall_seconds: float = SEND_STALL_SECONDS,
+        tls_shutdown_seconds: float = TLS_SHUTDOWN_SECONDS,
         max_connections: int = ServerConfig.http_max_connections,
         max_connections_per_address: int = ServerConfig.http_max_connections_per_address,
         refusals_log_seconds: float = REFUSALS_LOG_SECONDS,
@@ -568,8 +558,7 @@ class HttpServer:
             ssl_cert_reqs=ssl.CERT_REQUIRED if tls and tls.client_ca else ssl.CERT_NONE,
         )
         server = _EmbeddedServer(config)
-        server.handshake_seconds = handshake_seconds
-        port = sock.getsockname()[1]
+        server.handshake_seconds, server.tls_shutdown_seconds = handshake_seconds, tls_shutdown_seconds
         serving = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started:
             if serving.done():
@@ -577,7 +566,7 @@ class HttpServer:
                 raise RuntimeError("the HTTP server stopped while starting")
             await asyncio.sleep(0.005)
         sock.listen(BACKLOG)  # asyncio's listen took the smaller backlog: the kernel queues as before
-        return cls(server, serving, port, refusals)
+        return cls(server, serving, sock.getsockname()[1], refusals)
 
     async def stop(self, seconds: float = 0.0) -> None:
         """Stop accepting, let open requests finish for up to ``seconds`` (what is left of the

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp
 from mnemosyne.engine.engine import Engine
 from mnemosyne.errors import FailedPrecondition
 from mnemosyne.runtime.interpreter import connection_budget
+from mnemosyne.runtime.seams import Seams
 from mnemosyne.transport.config import ServerConfig
 from mnemosyne.transport.edge import Edge
 from mnemosyne.transport.grpc.servicers import Servicers
@@ -35,7 +36,7 @@ from mnemosyne.transport.http.json_api import HttpApi
 from mnemosyne.transport.http.mcp import McpEndpoint
 from mnemosyne.transport.http.mem0 import MEM0_PREFIXES, Mem0Api, relay_handler
 from mnemosyne.transport.http.paths import CONSOLE_PATH, DOCS_PATH, HOME_PATH, MCP_PATH
-from mnemosyne.transport.http.server import HttpServer, HttpTls, bind, compose
+from mnemosyne.transport.http.server import TLS_SHUTDOWN_SECONDS, HttpServer, HttpTls, bind, compose
 from mnemosyne.transport.in_process import InProcess
 from mnemosyne.version import VERSION
 
@@ -68,8 +69,10 @@ class HttpSurface:
         engine: Engine,
         *,
         tls: bool,
+        seams: Seams,
     ) -> None:
-        """Bind ``host``:``config.http_port`` and serve (TLS like the gRPC port when ``tls``)."""
+        """Bind ``host``:``config.http_port`` and serve (TLS like the gRPC port when ``tls``;
+        ``seams``: a test's bounds on sending, runtime/seams.py)."""
         routes = http_mapping.routes(services)  # refuses an RPC with no route that is not GRPC_ONLY
         document = json.dumps(openapi.document(routes, version=VERSION)).encode()
         own = [] if host in ("0.0.0.0", "::", "[::]") else [host]
@@ -101,6 +104,7 @@ class HttpSurface:
                 max_connections=connection_budget(config.http_max_connections, "HTTP"),
                 max_connections_per_address=config.http_max_connections_per_address,
                 send_stall_seconds=edge.send_stall_seconds,
+                tls_shutdown_seconds=seams.tls_shutdown_seconds or TLS_SHUTDOWN_SECONDS,
             )
         except BaseException:
             sock.close()
