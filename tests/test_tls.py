@@ -849,3 +849,55 @@ def test_a_client_that_goes_on_sending_after_its_refusal_is_closed_within_the_bo
             assert 1.0 <= held < 1.0 + TLS_CLOSE_SECONDS + 2 and sent < 1 << 20, (held, sent)
 
     asyncio.run(run())
+
+
+def _answer_read(port: int, pki: Pki, request: bytes, *, first_pause: float, step_pause: float) -> tuple[int, int]:
+    """The body's length an answer over TLS declares, and the bytes of it a client got that sends
+    ``request``, waits ``first_pause`` s and then takes 16 KiB every ``step_pause`` s, its receive
+    buffer small (so the server holds what it has not taken), until the server closes."""
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    with socket.socket() as raw:
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        raw.settimeout(30)
+        raw.connect(("127.0.0.1", port))
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(request)
+            time.sleep(first_pause)
+            got = b""
+            with contextlib.suppress(OSError):  # cut: reset, or no close_notify (ssl.SSLEOFError)
+                while chunk := tls.recv(16384):
+                    got += chunk
+                    time.sleep(step_pause)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), got[:300]
+    return _content_length(got), len(body)
+
+
+def test_a_large_answer_over_tls_ending_in_a_close_reaches_a_slow_reader_whole(
+    server_factory, pki: Pki, tenant: str
+) -> None:
+    """An answer with ``Connection: close`` over TLS was cut ``ssl_shutdown_timeout`` after the
+    server's close (asyncio's 30 s, here 1 s) while its client still read it, slowly but steadily:
+    the TLS close waited for the client's own, and the client sends that only once it has read it
+    all. In plain text nothing cuts it. The client that reads gets it whole; one that takes none of
+    it is still dropped by the send stall's bound (here 1 s; SEND_STALL_SECONDS, 30 s)."""
+    server: ServerProcess = server_factory(
+        args=_serving(pki.server.cert, pki.server.key),
+        env={"MNEMOSYNE_TEST_TLS_SHUTDOWN_SECONDS": "1", "MNEMOSYNE_TEST_HTTP_SEND_STALL_SECONDS": "1"},
+        health_credentials=pki.credentials(),
+        http=True,
+    ).start()
+    # Lines of nothing: 30,000 characters a memory, each twice as long in JSON ("\\n"), the page 6 MB.
+    texts = [f"memory {i}:" + "\n" * 30_000 for i in range(100)]
+    with MemoryClient(server.target, credentials=pki.credentials(), options=NAME_OVERRIDE, timeout=60) as client:
+        results = client.retain_batch(tenant, texts)
+    assert all(result.status == "created" for result in results), results[0]
+    request = (
+        f"GET /v1/tenants/{tenant}/memories?page_size=1000 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    started = time.monotonic()
+    declared, got = _answer_read(server.http_port, pki, request.encode(), first_pause=0.0, step_pause=0.01)
+    took = time.monotonic() - started
+    assert declared > 5 << 20 and got == declared, (declared, got, f"{took:.1f} s")
+    declared, got = _answer_read(server.http_port, pki, request.encode(), first_pause=3.0, step_pause=0.0)
+    assert got < declared, "a client that read nothing for 3 s still got its whole answer"

@@ -89,27 +89,48 @@ def _full(which: str, most: int, flag: str, reason: str) -> Unavailable:
     )
 
 
-class TlsTransport:
-    """A TLS connection's transport as its protocol and cycles see it. asyncio's close of a TLS
-    connection waits 30 s for the client's own close (its close_notify), the connection holding
-    its place in the cap and its descriptor meanwhile: clients that kept their sockets after the
-    server closed them (an answer with ``Connection: close``, a head's or the keep-alive's end)
-    held the cap's places that long. Whoever closes it, it is dropped ``close_seconds`` after its
-    close once nothing is left to send; one whose client still reads its answer is left to
-    asyncio's own bound. Its protocol tells it when the connection is gone (``lost``)."""
+# How soon a closed TLS connection whose client has not taken all of its answer is looked at
+# again: soon at first (most clients take the rest at once), then each time twice as late, up to
+# the last bound.
+FIRST_LOOK_SECONDS = 0.01
+LAST_LOOK_SECONDS = 1.0
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, close_seconds: float) -> None:
+
+class TlsTransport:
+    """A TLS connection's transport as its protocol and cycles see it, its close bounded by the
+    port's own bounds. asyncio's close of a TLS connection sends the TLS close (close_notify) at
+    once and cuts the connection ``ssl_shutdown_timeout`` (30 s) later unless the client's own has
+    come: a client that reads a large answer slowly sends its own only once it has read it all, and
+    lost the rest of it; one that kept its socket held its place in the cap and its descriptor
+    those 30 s. Here the close is asyncio's only once the client has taken the whole answer
+    (``unsent``), the connection dropped meanwhile if its client takes none of it for
+    ``stall_seconds`` (the port's send stall), and ``close_seconds`` after asyncio's close once
+    nothing is left to send. Its protocol tells it when the connection is gone (``lost``)."""
+
+    def __init__(
+        self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, stall_seconds: float, close_seconds: float
+    ) -> None:
         self._transport = transport
         self._loop = loop
+        self._stall_seconds = stall_seconds
         self._close_seconds = close_seconds
+        self._closing = False  # closed, by whoever
+        self._closed_at: float | None = None  # loop time of asyncio's close, once the answer was taken
         self._timer: asyncio.TimerHandle | None = None  # closed: when it is looked at again
+        self._look_seconds = FIRST_LOOK_SECONDS
+        self._left = 0  # unsent at the last look
+        self._taken_at = 0.0  # loop time the client last took some of its answer
         self._gone = False  # connection_lost came
 
+    def is_closing(self) -> bool:
+        return self._closing or self._transport.is_closing()
+
     def close(self) -> None:
-        if not self._transport.is_closing():  # asyncio's second close forgets its TLS protocol
-            self._transport.close()
-        if self._timer is None and not self._gone:
-            self._timer = self._loop.call_later(self._close_seconds, self._drop_closed)
+        if self._closing or self._gone:
+            return
+        self._closing = True
+        self._left, self._taken_at = self.unsent(), self._loop.time()
+        self._look()
 
     def lost(self) -> None:
         self._gone = True
@@ -117,12 +138,29 @@ class TlsTransport:
             self._timer.cancel()
             self._timer = None
 
-    def _drop_closed(self) -> None:
+    def _look(self) -> None:
+        """A closed connection's next step: its drop once its client takes none of its answer for
+        ``stall_seconds``; asyncio's close once it has taken it all; its drop ``close_seconds`` on."""
         self._timer = None
-        if self.unsent():
-            self._timer = self._loop.call_later(self._close_seconds, self._drop_closed)
+        now, left = self._loop.time(), self.unsent()
+        if left < self._left:
+            self._left, self._taken_at = left, now
+        if left:
+            if now - self._taken_at >= self._stall_seconds:
+                self._transport.abort()
+                return
+            wait = self._look_seconds
+            self._look_seconds = min(2 * wait, LAST_LOOK_SECONDS)
+        elif self._closed_at is None:
+            self._closed_at, wait = now, self._close_seconds
+            if not self._transport.is_closing():  # else the client's close_notify started asyncio's close
+                self._transport.close()
+        elif now - self._closed_at < self._close_seconds:
+            wait = self._closed_at + self._close_seconds - now
+        else:
+            self._transport.abort()
             return
-        self._transport.abort()
+        self._timer = self._loop.call_later(wait, self._look)
 
     def unsent(self) -> int:
         """``unsent`` of the connection, TLS's own buffer counted too (asyncio's transport under TLS,

@@ -208,7 +208,7 @@ class _HeadTimedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
         super().connection_made(transport)
         if not transport.can_write_eof():  # TLS: its close is bounded (``TlsTransport``)
-            self.transport = TlsTransport(transport, self.loop, TLS_CLOSE_SECONDS)  # type: ignore[assignment]  # what it calls is there
+            self.transport = TlsTransport(transport, self.loop, self.send_stall_seconds, TLS_CLOSE_SECONDS)  # type: ignore[assignment]  # what it calls is there
         address = self.client[0] if self.client else ""
         refusal = self.cap.admit(address)
         if refusal is not None:
@@ -222,6 +222,8 @@ class _HeadTimedProtocol(HttpToolsProtocol):
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():  # a TLS connection's close waits for its answer to be taken (``TlsTransport``)
+            return
         if self._refused:  # what the client still sends after the refusal is read and dropped
             self._dropped += len(data)
             if self._dropping_timer is not None and self._dropped > self.refused_read_bytes:
