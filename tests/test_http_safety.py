@@ -252,6 +252,29 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
         ("/v1/tenants/%ff/memories", b'{"text": "a"}', "the path's tenant '%ff' is not UTF-8 once percent-decoded"),
         ("/v1/tenants/{t}/memories:recall?x=%ff", b"{}", "the query parameter 'x' is not UTF-8"),
         ("/v3/memories/?page=%ff", b"{}", "the query parameter 'page' is not UTF-8 once percent-decoded"),
+        # A value echoed in a number's refusal, or in a time's, was Python's: {'a': 1}, nan, inf, True.
+        ("/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": {"a": [1]}}', 'digits 0-9; {"a": [1]} is not'),
+        ("/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": NaN}', "digits 0-9; NaN is not"),
+        (
+            "/v1/tenants/{t}/memories:recall",
+            b'{"query": "q", "k": -Infinity}',
+            "digits 0-9; -Infinity (a number past -1.8e308) is not",
+        ),
+        ("/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": 1e400}', "Infinity (a number past 1.8e308) is not"),
+        ("/v1/tenants/{t}/memories:recall", b'{"query": "q", "k": ' + b"9" * 5000 + b"}", "a number past 1.8e308"),
+        ("/v3/memories/search/", b'{"query": "q", "top_k": {"n": [5]}}', 'digits 0-9; {"n": [5]} is not'),
+        (
+            "/v1/tenants/{t}/memories",
+            b'{"text": "a", "occurredAt": true}',
+            "occurredAt field: must be a string (an RFC 3339 time such as",
+        ),
+        ("/v1/tenants/{t}/memories", b'{"text": "a", "expiresAt": {"a": 1}}', '"2024-01-02T03:04:05Z"), not an object'),
+        ("/v1/tenants/{t}/memories", b'{"text": "a", "occurredAt": NaN}', '"2024-01-02T03:04:05Z"), not a number'),
+        (
+            "/v1/tenants/{t}/memories",
+            b'{"text": "a", "occurredAt": false}',
+            '"2024-01-02T03:04:05Z"), not true or false',
+        ),
         # A field under its proto name and its JSON name: the last was taken without a word.
         (
             "/v1/tenants/{t}/memories",
@@ -293,6 +316,11 @@ def test_a_body_of_the_wrong_shape_is_told_in_json_s_words_not_python_s(
         "None is",
         "codec",
         "utf-8-sig",
+        "{'",
+        "inf ",
+        "nan ",
+        ": True",
+        "not a string: ",
     ):
         assert python not in message, message
     assert not api.tenant_file(tenant).exists()

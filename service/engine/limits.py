@@ -339,8 +339,18 @@ def validate_wait_seconds(seconds: float, *, field: str = "timeout_seconds") -> 
 
 
 def _shown(value: object) -> str:
-    # true, false and null as JSON writes them (the surfaces' values come from JSON), not True, None
-    shown = json.dumps(value) if value is None or isinstance(value, bool) else repr(value)
+    """``value`` as JSON writes it (the surfaces' values come from JSON): true, null, {"a": 1},
+    NaN, not Python's True, None, {'a': 1}, nan; an infinity read from a number past a float's
+    range (1e400, an integer of thousands of digits) said to be one. Text keeps its quotes ('10')."""
+    if isinstance(value, float) and math.isinf(value):
+        shown = "Infinity (a number past 1.8e308)" if value > 0 else "-Infinity (a number past -1.8e308)"
+    elif isinstance(value, str):
+        shown = repr(value)
+    else:
+        try:
+            shown = json.dumps(value)  # NaN as NaN
+        except (TypeError, ValueError):  # not from JSON (an MCP tool's argument may be any object)
+            shown = repr(value)
     return shown if len(shown) <= 40 else shown[:36] + "..."
 
 

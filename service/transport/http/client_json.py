@@ -91,7 +91,13 @@ _PYTHON_WORDS = (
     ),
     (re.compile(r"repeated field \w+ must be in \[\] which is .* at \S+"), "must be an array"),
     (re.compile(r"Map field \w+ must be in a dict which is .* at \S+"), "must be an object"),
+    # Its kind told by Python's repr of it: True, 5, nan, {'a': 1}, [1].
+    (
+        re.compile(r"Timestamp JSON value not a string: (.*) at [\w.\[\]]+?\.?$", re.DOTALL),
+        'must be a string (an RFC 3339 time such as "2024-01-02T03:04:05Z"), not {kind}',
+    ),
 )
+_REPR_KINDS = {"{": "dict", "[": "list", "T": "bool", "F": "bool"}
 
 
 def in_json_terms(problem: str) -> str:
@@ -100,6 +106,13 @@ def in_json_terms(problem: str) -> str:
     for pattern, words in _PYTHON_WORDS:
         found = pattern.search(problem)
         if found:
-            kind = _JSON_KINDS.get(found.group(1), "another kind") if pattern.groups else ""
+            kind = _JSON_KINDS.get(_kind_name(found.group(1)), "another kind") if pattern.groups else ""
             problem = problem[: found.start()] + words.format(kind=kind) + problem[found.end() :]
     return problem
+
+
+def _kind_name(said: str) -> str:
+    """The Python type's name in a complaint: as said ('int'), or that of a value's repr there."""
+    if said in _JSON_KINDS:
+        return said
+    return _REPR_KINDS.get(said[:1], "float")  # what else a time's value can be: a number
