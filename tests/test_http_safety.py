@@ -7,6 +7,7 @@ Server-Sent Events resumes after a dropped connection without missing a transiti
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import socket
@@ -96,6 +97,33 @@ def test_a_foreign_host_or_origin_or_a_non_json_write_is_refused_and_writes_noth
     )
     assert own.status == 200 and "access-control-allow-origin" not in own.headers
     assert _memories(api, tenant) == 1
+
+
+def test_a_body_in_a_transfer_coding_other_than_chunked_is_refused_and_writes_nothing(
+    api: ServerProcess, tenant: str
+) -> None:
+    """The HTTP parser reads a chunked body whatever codings its Transfer-Encoding names before
+    ``chunked`` and hands on what the chunks hold: a gzip body ("gzip, chunked") was refused as
+    "not UTF-8", and a plain one labelled gzip was stored. It is 501 TRANSFER_ENCODING_UNSUPPORTED
+    (RFC 9112 §6.1), on the mem0 paths too, and a body chunked alone is read."""
+
+    def chunked(data: bytes) -> bytes:
+        return b"%x\r\n" % len(data) + data + b"\r\n0\r\n\r\n"
+
+    body = json.dumps(RETAIN).encode()
+    headers = {"mnemosyne-tenant": tenant}
+    for path, coding, data in (
+        (f"/v1/tenants/{tenant}/memories", "gzip, chunked", gzip.compress(body)),
+        (f"/v1/tenants/{tenant}/memories", "deflate, chunked", body),
+        ("/v3/memories/add/", "x-custom , Chunked", b'{"messages": "the launch code is 0000"}'),
+    ):
+        reply = request(api.http_port, "POST", path, chunked(data), {**headers, "transfer-encoding": coding})
+        assert (reply.status, reply.reason) == (501, "TRANSFER_ENCODING_UNSUPPORTED"), (coding, reply.body[:200])
+        assert "send the body uncompressed" in reply.json()["message"]
+    assert not api.tenant_file(tenant).exists()
+    path = f"/v1/tenants/{tenant}/memories"
+    reply = request(api.http_port, "POST", path, chunked(body), {"transfer-encoding": "chunked"})
+    assert reply.status == 200 and _memories(api, tenant) == 1
 
 
 @pytest.mark.parametrize("content_type", ["application/json; charset=UTF-8", 'application/json;charset="utf8"'])

@@ -17,7 +17,9 @@ Every request, on every route, before anything else runs:
    ``text/plain`` request cannot, without a CORS preflight that step 2 refuses; a ``charset``
    other than UTF-8 is refused the same way (JSON is read as UTF-8 only);
 4. a request whose ``Content-Encoding`` is other than ``identity`` is 415
-   CONTENT_ENCODING_UNSUPPORTED: no coding is read (a gzip body was "not UTF-8").
+   CONTENT_ENCODING_UNSUPPORTED: no coding is read (a gzip body was "not UTF-8"); one whose
+   ``Transfer-Encoding`` names a coding but ``chunked`` (``gzip, chunked``) is 501
+   TRANSFER_ENCODING_UNSUPPORTED (RFC 9112 §6.1), for the same reason.
 
 CORS headers are sent only for an origin ``--http-cors-origin`` names, and its preflight
 (``OPTIONS``) is answered here. Refusals are ``google.rpc.Status`` JSON like every other error.
@@ -245,6 +247,13 @@ def _unreadable_body(method: str, headers: Headers) -> InvalidArgument | None:
             f"the body's Content-Encoding is {coding[:40]!r}: this server reads no content coding; "
             "send the body uncompressed, without Content-Encoding",
             reason="CONTENT_ENCODING_UNSUPPORTED",
+        )
+    codings = [c.partition(";")[0].strip().lower() for v in headers.getlist("transfer-encoding") for c in v.split(",")]
+    if any(c not in ("", "chunked") for c in codings):  # the parser reads the chunks, what they hold taken as it is
+        return InvalidArgument(
+            f"the body's Transfer-Encoding is {', '.join(codings)[:60]!r}: this server reads no transfer coding but "
+            "chunked; send the body uncompressed, chunked or with a Content-Length",
+            reason="TRANSFER_ENCODING_UNSUPPORTED",
         )
     return None
 
