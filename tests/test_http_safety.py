@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import grpc
 import pytest
@@ -97,6 +98,35 @@ def test_a_foreign_host_or_origin_or_a_non_json_write_is_refused_and_writes_noth
     )
     assert own.status == 200 and "access-control-allow-origin" not in own.headers
     assert _memories(api, tenant) == 1
+
+
+@pytest.mark.parametrize(
+    "time",
+    [
+        "2026-13-45T99:99:99Z",
+        "2026-02-30T00:00:00Z",
+        "2026-01-01T24:00:00Z",
+        "yesterday",
+        "2026-01-01T00:00:00.1234567891Z",
+    ],
+)
+def test_a_time_that_is_no_rfc_3339_time_is_number_invalid_on_every_field(
+    api: ServerProcess, tenant: str, time: str
+) -> None:
+    """A time that is no RFC 3339 time of a real day is 400 NUMBER_INVALID saying what a time is,
+    as a time in other scripts' digits was: one json_format could not read at all was
+    REQUEST_UNDECODABLE in the words of Python's strptime ("time data '2026-13-45T99:99:99' does
+    not match format '%Y-%m-%dT%H:%M:%S'", "day is out of range for month")."""
+    replies = [
+        request(api.http_port, "POST", f"/v1/tenants/{tenant}/memories", json_body={"text": "a", "occurredAt": time}),
+        request(api.http_port, "POST", f"/v1/tenants/{tenant}/memories", json_body={"text": "a", "expiresAt": time}),
+        request(api.http_port, "GET", f"/v1/tenants/{tenant}/events?accepted_after={quote(time)}"),
+    ]
+    for reply in replies:
+        message = reply.json()["message"]
+        assert (reply.status, reply.reason) == (400, "NUMBER_INVALID"), message
+        assert "must be an RFC 3339 time" in message and "%Y" not in message and "time data" not in message, message
+    assert not api.tenant_file(tenant).exists()
 
 
 def test_a_body_in_a_transfer_coding_other_than_chunked_is_refused_and_writes_nothing(
@@ -234,7 +264,7 @@ def test_cors_headers_only_for_the_named_origin(api: ServerProcess, tenant: str)
         ("GET", "/v1/tenants/{t}/memories?secret=1", None, 400, "REQUEST_UNDECODABLE"),
         # The body of a GET was dropped unread (the whole listing answered), as a query on a POST is not.
         ("GET", "/v1/tenants/{t}/memories", b'{"pageSize": 1}', 400, "REQUEST_UNDECODABLE"),
-        ("GET", "/v1/tenants/{t}/events?accepted_after=yesterday", None, 400, "REQUEST_UNDECODABLE"),
+        ("GET", "/v1/tenants/{t}/events?accepted_after=yesterday", None, 400, "NUMBER_INVALID"),
         ("GET", "/v1/tenants/..%2F..%2Fetc/stats", None, 400, "TENANT_INVALID"),
         ("GET", "/v1/tenants/%2E%2E/stats", None, 400, "TENANT_INVALID"),
         ("GET", "/v1/tenants/{t}/memories/1/extra", None, 404, "ROUTE_NOT_FOUND"),

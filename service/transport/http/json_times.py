@@ -1,8 +1,9 @@
 """Times in a JSON request (proto3 JSON's ``google.protobuf.Timestamp``: an RFC 3339 string).
 
 json_format reads a time with ``strptime``, which takes more than RFC 3339 (other scripts' digits,
-single-digit fields, an offset of +99:99) and cannot hold a time outside Timestamp's range (years 1
-to 9999). The first is refused here by the rule for numbers given as text; the second is decoded to
+single-digit fields, an offset of +99:99), refuses the rest in its own words, and cannot hold a time
+outside Timestamp's range (years 1 to 9999). The first two are refused here by the rule for numbers
+given as text; the second is decoded to
 its seconds and nanos (``beyond_range``), so the RPC refuses it in its own words, as it refuses the
 same moment sent over gRPC (``EXPIRES_AT_INVALID``, ``OCCURRED_AT_INVALID``, ``TIMESTAMP_INVALID``),
 not as an undecodable request."""
@@ -30,19 +31,19 @@ _FIRST_SECOND = MIN_OCCURRED_AT_US // 1_000_000  # 0001-01-01T00:00:00Z, Timesta
 _LAST_SECOND = MAX_OCCURRED_AT_US // 1_000_000  # 9999-12-31T23:59:59Z, its last
 
 
-def loosely_a_time(text: str) -> bool:
-    """Whether ``text`` is not RFC 3339 but json_format's parser might read it as a time: any
-    text beyond ASCII, single-digit fields, an empty fraction, an offset of +99:99 (shifting the
-    time by four days). ASCII text it cannot read at all it refuses itself."""
-    if _RFC_3339.fullmatch(text):
-        return False
-    if not text.isascii():
+def no_time(text: str) -> bool:
+    """Whether ``text`` is no RFC 3339 time of a real day. json_format's parser takes some such
+    text (other scripts' digits, single-digit fields, an empty fraction, an offset of +99:99,
+    shifting the time by four days), and refuses the rest in strptime's words ("time data
+    '2026-13-45T99:99:99' does not match format '%Y-%m-%dT%H:%M:%S'", "day is out of range for
+    month"): both are refused by the rule for numbers given as text instead."""
+    if not _RFC_3339.fullmatch(text):
         return True
     try:
         timestamp_pb2.Timestamp().FromJsonString(text)
     except ValueError:
-        return False
-    return True
+        return True
+    return False
 
 
 def without_offset(text: str) -> bool:

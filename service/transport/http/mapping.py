@@ -41,7 +41,7 @@ from mnemosyne.engine.limits import parse_integer, parse_number
 from mnemosyne.errors import InvalidArgument, NotFound
 from mnemosyne.transport.edge import Undecodable, too_large
 from mnemosyne.transport.http import client_json
-from mnemosyne.transport.http.json_times import beyond_range, loosely_a_time, without_offset
+from mnemosyne.transport.http.json_times import beyond_range, no_time, without_offset
 from mnemosyne.transport.http.methods import method_not_allowed
 
 # "/package.Service/Method" -> why it has no JSON form.
@@ -238,9 +238,9 @@ def _number(
                     "with its offset, e.g. 2024-05-08T13:56:00Z (UTC) or 2024-05-08T15:56:00+02:00",
                     reason="NUMBER_INVALID",
                 )
-            if loosely_a_time(value):
+            if no_time(value):
                 raise InvalidArgument(
-                    f"{name} must be an RFC 3339 time written in ASCII (e.g. 2024-05-08T13:56:00Z or "
+                    f"{name} must be an RFC 3339 time of a real day, in ASCII digits (e.g. 2024-05-08T13:56:00Z or "
                     f"2024-05-08T15:56:00.5+02:00), not {value[:40]!r}",
                     reason="NUMBER_INVALID",
                 )
