@@ -333,6 +333,8 @@ def test_hostile_input_gets_a_4xx_with_its_reason_and_changes_nothing(
             b'{"text": "a", "occurredAt": false}',
             '"2024-01-02T03:04:05Z"), not true or false',
         ),
+        ("/v3/memories/add/", b'{"messages": "hi", "metadata": {"k": NaN}}', "'k' is NaN, which is no JSON number"),
+        ("/v3/memories/add/", b'{"messages": "hi", "metadata": {"k": -1e999}}', "'k' is -Infinity (a number past"),
         # A field under its proto name and its JSON name: the last was taken without a word.
         (
             "/v1/tenants/{t}/memories",

@@ -338,7 +338,7 @@ def validate_wait_seconds(seconds: float, *, field: str = "timeout_seconds") -> 
     return seconds or DEFAULT_WAIT_SECONDS
 
 
-def _shown(value: object) -> str:
+def json_shown(value: object) -> str:
     """``value`` as JSON writes it (the surfaces' values come from JSON): true, null, {"a": 1},
     NaN, not Python's True, None, {'a': 1}, nan; an infinity read from a number past a float's
     range (1e400, an integer of thousands of digits) said to be one. Text keeps its quotes ('10')."""
@@ -368,12 +368,12 @@ def parse_integer(
     if number is None:
         raise InvalidArgument(
             f"{field} must be a whole number from {minimum} to {maximum}, written with the digits 0-9; "
-            f"{_shown(value)} is not",
+            f"{json_shown(value)} is not",
             reason="NUMBER_INVALID",
         )
     if not minimum <= number <= maximum:
         raise InvalidArgument(
-            f"{field} is {_shown(value)}; it must be a whole number from {minimum} to {maximum}",
+            f"{field} is {json_shown(value)}; it must be a whole number from {minimum} to {maximum}",
             reason=out_of_range,
         )
     return number
@@ -391,12 +391,12 @@ def parse_number(
     if number is None:
         raise InvalidArgument(
             f"{field} must be a number from {minimum:g} to {maximum:g}, written with the digits 0-9 "
-            f"(a '.' and an exponent allowed); {_shown(value)} is not",
+            f"(a '.' and an exponent allowed); {json_shown(value)} is not",
             reason="NUMBER_INVALID",
         )
     if not (math.isfinite(number) and minimum <= number <= maximum):
         raise InvalidArgument(
-            f"{field} is {_shown(value)}; it must be a number from {minimum:g} to {maximum:g}",
+            f"{field} is {json_shown(value)}; it must be a number from {minimum:g} to {maximum:g}",
             reason=out_of_range if math.isfinite(number) else "NUMBER_INVALID",
         )
     return number

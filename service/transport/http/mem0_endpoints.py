@@ -29,6 +29,7 @@ from urllib.parse import urlencode
 from google.protobuf import timestamp_pb2
 
 from mnemosyne.engine.consistency import Consistency
+from mnemosyne.engine.limits import json_shown
 from mnemosyne.engine.memories import Memories
 from mnemosyne.errors import InvalidArgument, MnemosyneError, NotFound, Unimplemented
 from mnemosyne.transport import convert
@@ -139,7 +140,8 @@ def _metadata_value(key: str, value: Any) -> str:
         return value
     if isinstance(value, float) and not math.isfinite(value):  # Python's json reads NaN, Infinity
         raise bad(
-            f"metadata value of {key[:80]!r} is {value}, which is no JSON number: give a finite number, or a string",
+            f"metadata value of {key[:80]!r} is {json_shown(value)}, which is no JSON number: give a finite number, "
+            "or a string",
             reason="NUMBER_INVALID",
         )
     if isinstance(value, (bool, int, float)):
