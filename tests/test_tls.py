@@ -883,7 +883,7 @@ def test_a_large_answer_over_tls_ending_in_a_close_reaches_a_slow_reader_whole(
     it is still dropped by the send stall's bound (here 1 s; SEND_STALL_SECONDS, 30 s)."""
     server: ServerProcess = server_factory(
         args=_serving(pki.server.cert, pki.server.key),
-        env={"MNEMOSYNE_TEST_TLS_SHUTDOWN_SECONDS": "1", "MNEMOSYNE_TEST_HTTP_SEND_STALL_SECONDS": "1"},
+        env={"MNEMOSYNE_TEST_TLS_SHUTDOWN_SECONDS": "1", "MNEMOSYNE_TEST_SEND_STALL_SECONDS": "1"},
         health_credentials=pki.credentials(),
         http=True,
     ).start()
