@@ -155,8 +155,9 @@ async def _write(context: Context, message: Any, call: Call, seconds: float) -> 
     """One message of a server stream, which gRPC's flow control holds until its client takes
     what came before. One its client takes none of for ``seconds`` (SEND_STALL_SECONDS) ends the
     stream STREAM_NOT_READ: raised here, it closes the stream's generators at once, and with them
-    what they hold (a scratch copy, an export's place; ``_counted_until_its_call_ends``). gRPC lets a message through once its client read
-    about half of what its windows hold: a client reading slowly lets one through within it."""
+    what they hold (a scratch copy, an export's place; ``_counted_until_its_call_ends``). gRPC
+    lets a message through once its client read about half of what its windows hold: a client
+    reading slowly lets one through within it."""
     try:
         async with asyncio.timeout(seconds):
             await context.write(message)
