@@ -10,7 +10,6 @@ import logging
 import threading
 
 from mnemosyne.errors import MnemosyneError
-from mnemosyne.runtime.background import become_background_thread
 from mnemosyne.store.erasures_cut_short import erasures_cut_short
 from mnemosyne.store.pool import TenantPool
 from mnemosyne.store.tenant_ids import TENANT_ID_PATTERN
@@ -35,7 +34,9 @@ class CutShortErasures:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        become_background_thread()
+        # At normal priority, not idle: what it does is short, and it holds a tenant's file locks
+        # (a glance that recovers a WAL the kill left, the open): starved by a busy machine at
+        # idle priority, it held them past a call's busy timeout (a recall failed so in CI).
         for tenant in erasures_cut_short(self._pool.tenants_dir, TENANT_ID_PATTERN.fullmatch):
             if self._stopping.is_set():
                 return
